@@ -1,0 +1,1 @@
+"""Benchmarks; `mlx-paged bench ...` runs them and results/ holds committed runs."""

@@ -1,0 +1,1 @@
+"""Kernel code generation: Jinja environment, backend dialects (metal | cuda), KernelSpec."""

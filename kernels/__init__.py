@@ -1,0 +1,1 @@
+"""Paged-attention kernels: one Jinja template per kernel, its launcher and its pure-MLX reference."""

@@ -1,0 +1,41 @@
+"""Engine configuration, shared by the CLI, the server and the `LLM` API."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Knobs of the engine; names follow mlx_lm.server's flags where one exists.
+
+    Attributes:
+        kv_paged: the paged KV path (not available yet) instead of the contiguous one.
+        max_num_seqs: most requests decoding at once (`--decode-concurrency`).
+        max_num_prefill_seqs: most requests prefilling at once (`--prompt-concurrency`).
+        prefill_step_size: prompt tokens per request per step (`--prefill-step-size`).
+        max_model_len: longest prompt + output; None takes the model's own context length.
+    """
+
+    kv_paged: bool = False
+    max_num_seqs: int = 32
+    max_num_prefill_seqs: int = 8
+    prefill_step_size: int = 2048
+    max_model_len: Optional[int] = None
+    block_size: int = 16
+    kv_budget_bytes: Optional[int] = None
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_prefill_seqs", "prefill_step_size", "block_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_model_len is not None and self.max_model_len < 2:
+            raise ValueError("max_model_len must be >= 2")
+
+
+PAGED_NOT_AVAILABLE = (
+    "the paged KV path (--kv-paged on) is not implemented yet; run with --kv-paged off "
+    "(the contiguous, mlx-lm-exact path)"
+)

@@ -1,0 +1,267 @@
+"""The engine: one thread that owns every MLX object and runs the step loop.
+
+Other threads talk to it through `add_request` / `abort`, which only enqueue; the engine thread
+applies them between steps, so the scheduler and caches are never touched concurrently.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Optional
+
+import mlx.core as mx
+from mlx_lm.generate import generation_stream
+
+from .config import PAGED_NOT_AVAILABLE, EngineConfig
+from .contiguous_runner import ContiguousRunner
+from .errors import InvalidRequestError
+from .metrics import EngineMetrics
+from .output_processor import OutputProcessor
+from .outputs import RequestOutput
+from .request import Request, RequestStatus
+from .sampler import make_row_sampling
+from .sampling_params import SamplingParams
+from .scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
+
+_CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions",
+                 "max_seq_len", "n_ctx")
+
+
+def context_length(config: dict) -> Optional[int]:
+    """The model's context length from its config.json, when it states one."""
+    for source in (config, config.get("text_config") or {}):
+        for key in _CONTEXT_KEYS:
+            if isinstance(source.get(key), int) and source[key] > 0:
+                return source[key]
+    return None
+
+
+class RequestStream:
+    """The consumer's handle on one request: iterate to receive `RequestOutput` increments."""
+
+    def __init__(self, engine: "Engine", request: Request):
+        self.engine = engine
+        self.request = request
+        self.queue: "queue.Queue[RequestOutput]" = queue.Queue()
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    def get(self, timeout: Optional[float] = None) -> RequestOutput:
+        return self.queue.get(timeout=timeout)
+
+    def __iter__(self):
+        while True:
+            out = self.queue.get()
+            yield out
+            if out.finished:
+                return
+
+    def cancel(self) -> None:
+        """Stop generating and free the request's cache (used when a client goes away)."""
+        self.engine.abort(self.request_id)
+
+
+class Engine:
+    """Continuous-batching engine over one model.
+
+    Args:
+        model: an mlx-lm model.
+        tokenizer: its mlx-lm `TokenizerWrapper`.
+        config: engine knobs.
+        model_config: the model's config.json contents (for the context length).
+    """
+
+    def __init__(self, model, tokenizer, config: EngineConfig, model_config: Optional[dict] = None):
+        if config.kv_paged:
+            raise NotImplementedError(PAGED_NOT_AVAILABLE)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+        self.max_model_len = config.max_model_len or context_length(model_config or {}) or 131072
+        self.vocab_size = len(tokenizer)
+        self.scheduler = Scheduler(max_num_seqs=config.max_num_seqs,
+                                   max_num_prefill_seqs=config.max_num_prefill_seqs,
+                                   prefill_step_size=config.prefill_step_size)
+        self.runner = ContiguousRunner(model, prefill_step_size=config.prefill_step_size)
+        self.outputs = OutputProcessor(tokenizer)
+        self.metrics = EngineMetrics()
+        self._xtc_special = tuple(tokenizer.encode("\n")) + tuple(sorted(tokenizer.eos_token_ids))
+        self._streams: dict[str, RequestStream] = {}
+        self._inbox: "queue.Queue[tuple]" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = threading.Event()
+        self.error: Optional[BaseException] = None
+
+    # ---- called from any thread -------------------------------------------------------------
+
+    def check_request(self, prompt_token_ids: list[int], params: SamplingParams,
+                      max_tokens_explicit: bool = True) -> SamplingParams:
+        """Validate a request against the model; may shorten a default `max_tokens` to fit.
+
+        Raises:
+            InvalidRequestError: empty or too-long prompt, `max_tokens` beyond the context, bad ids.
+        """
+        if not prompt_token_ids:
+            raise InvalidRequestError("the prompt is empty", param="prompt")
+        if any(not 0 <= t < self.vocab_size for t in prompt_token_ids):
+            raise InvalidRequestError(f"prompt token ids must be in [0, {self.vocab_size})",
+                                      param="prompt")
+        params.validate(vocab_size=self.vocab_size)
+        n = len(prompt_token_ids)
+        room = self.max_model_len - n
+        if room < 1:
+            raise InvalidRequestError(
+                f"the prompt has {n} tokens; this model's context is {self.max_model_len} tokens "
+                f"and needs room for at least one generated token: shorten the prompt",
+                param="messages", code="context_length_exceeded")
+        if params.max_tokens > room:
+            if max_tokens_explicit:
+                raise InvalidRequestError(
+                    f"max_tokens ({params.max_tokens}) plus the prompt ({n} tokens) exceeds the "
+                    f"context of {self.max_model_len} tokens: ask for at most {room}",
+                    param="max_tokens", code="context_length_exceeded")
+            params.max_tokens = room
+        return params
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
+                    request_id: Optional[str] = None) -> RequestStream:
+        """Queue a request; the returned stream yields its output increments."""
+        request = Request(list(prompt_token_ids), params)
+        if request_id is not None:
+            request.request_id = request_id
+        stream = RequestStream(self, request)
+        self._inbox.put(("add", stream))
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        self._inbox.put(("abort", request_id))
+
+    def start(self) -> None:
+        """Run the step loop on a background thread."""
+        self._thread = threading.Thread(target=self._loop, name="mlx-paged-engine", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Cancel what is in flight and stop the thread."""
+        self._stopping.set()
+        self._inbox.put(("wake",))
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self.error is None
+
+    # ---- engine thread ----------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                self._drain_inbox(block=not self.scheduler.has_unfinished_requests())
+                if self.scheduler.has_unfinished_requests() and not self._stopping.is_set():
+                    self.step()
+            self._abort_all("the server is shutting down")
+        except BaseException as exc:  # the thread must never die silently
+            logger.exception("engine thread died")
+            self.error = exc
+            self._abort_all(f"engine failure: {exc}")
+
+    def _drain_inbox(self, block: bool) -> None:
+        try:
+            item = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._apply(item)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _apply(self, item: tuple) -> None:
+        if item[0] == "add":
+            stream = item[1]
+            self._streams[stream.request_id] = stream
+            self.scheduler.add_request(stream.request)
+            self.metrics.requests_total += 1
+        elif item[0] == "abort":
+            stream = self._streams.get(item[1])
+            if stream is not None:
+                self._finish([stream.request], RequestStatus.FINISHED_ABORTED)
+                stream.queue.put(RequestOutput(item[1], finish_reason="abort"))
+
+    def drain_inbox(self) -> None:
+        """Apply queued adds and aborts now (for callers that drive `step` themselves)."""
+        self._drain_inbox(block=False)
+
+    def step(self) -> None:
+        """One continuous-batching step: decode the running rows, then the prompt work."""
+        try:
+            with mx.stream(generation_stream):
+                self._step()
+        except Exception as exc:
+            logger.exception("engine step failed; failing the requests in flight")
+            self.runner.reset()
+            for req in self.scheduler.running + self.scheduler.prefilling:
+                self._fail(req, f"engine step failed: {exc}")
+
+    def _step(self) -> None:
+        rows = self.scheduler.schedule_decode()
+        if rows:
+            tic = time.perf_counter()
+            finished = []
+            for row in self.runner.decode(rows):
+                out = self.outputs.process(row.request, row.token, row.logprobs)
+                self._streams[row.request.request_id].queue.put(out)
+                if out.finished:
+                    finished.append(row.request)
+                    self.metrics.count_finish(out.finish_reason)
+            self.metrics.generation_tokens_total += len(rows)
+            self.metrics.decode_seconds_total += time.perf_counter() - tic
+            if finished:
+                self._finish(finished)
+        plan = self.scheduler.schedule_prompts()
+        for req in plan.joining:
+            self._admit(req)
+        if not plan.is_empty:
+            tic = time.perf_counter()
+            self.runner.run_prompts(plan)
+            self.metrics.prompt_tokens_total += sum(n for _, n in plan.prefill) + len(plan.starting)
+            self.metrics.prefill_seconds_total += time.perf_counter() - tic
+
+    def _admit(self, req: Request) -> None:
+        params = req.sampling_params
+        if params.seed is not None:
+            mx.random.seed(params.seed)  # safe: a seeded request runs alone
+        req.runtime["sampling"] = make_row_sampling(params, req.prompt_token_ids[:-1],
+                                                    self._xtc_special)
+        self.outputs.add(req)
+
+    def _finish(self, reqs: list[Request], status: Optional[RequestStatus] = None) -> None:
+        """Retire requests and free their rows in one batch filter; `status` None means by
+        their finish reason."""
+        for req in reqs:
+            self.scheduler.finish(req, status or (RequestStatus.FINISHED_STOPPED
+                                                  if req.finish_reason == "stop"
+                                                  else RequestStatus.FINISHED_LENGTH))
+            self.outputs.drop(req)
+            self._streams.pop(req.request_id, None)
+        self.runner.remove(reqs)
+
+    def _fail(self, req: Request, message: str) -> None:
+        stream = self._streams.get(req.request_id)
+        self._finish([req], RequestStatus.FINISHED_ERROR)
+        self.metrics.count_finish("error")
+        if stream is not None:
+            stream.queue.put(RequestOutput(req.request_id, finish_reason="error", error=message))
+
+    def _abort_all(self, message: str) -> None:
+        for stream in list(self._streams.values()):
+            self._fail(stream.request, message)

@@ -1,0 +1,97 @@
+"""Offline batched generation: `LLM(model=...).generate(prompts, params)`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
+
+from .config import PAGED_NOT_AVAILABLE, EngineConfig
+from .engine import Engine
+from .models.loader import load_model
+from .outputs import TokenLogprob
+from .sampling_params import SamplingParams
+
+Prompt = Union[str, Sequence[int]]
+
+
+@dataclass(slots=True)
+class CompletionResult:
+    """The whole output of one prompt."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    text: str
+    finish_reason: Optional[str]
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+
+
+class LLM:
+    """Load a model once and generate for batches of prompts, continuously batched.
+
+    Args:
+        model: an mlx-lm folder or hub name; None is the embedded SmolLM2-135M-Instruct.
+        kv_paged: use the paged KV path (not available yet; False is the contiguous path).
+        max_num_seqs: most sequences decoding at once.
+        max_num_prefill_seqs: most sequences prefilling at once.
+        prefill_step_size: prompt tokens per sequence per step.
+        chat_template: replaces the tokenizer's chat template.
+    """
+
+    def __init__(self, model: Optional[str] = None, *, kv_paged: bool = False,
+                 max_num_seqs: int = 32, max_num_prefill_seqs: int = 8,
+                 prefill_step_size: int = 2048, chat_template: Optional[str] = None):
+        if kv_paged:
+            raise NotImplementedError(PAGED_NOT_AVAILABLE)
+        config = EngineConfig(kv_paged=kv_paged, max_num_seqs=max_num_seqs,
+                              max_num_prefill_seqs=max_num_prefill_seqs,
+                              prefill_step_size=prefill_step_size)
+        self.model, self.tokenizer, self.model_id, model_config = load_model(model, chat_template)
+        self.engine = Engine(self.model, self.tokenizer, config, model_config)
+
+    def encode(self, prompt: Prompt) -> list[int]:
+        """Token ids of a prompt given as text or ids (text is encoded without a chat template)."""
+        if isinstance(prompt, str):
+            return list(self.tokenizer.encode(prompt))
+        return list(prompt)
+
+    def generate(self, prompts: Union[Prompt, Sequence[Prompt]],
+                 params: Union[SamplingParams, Sequence[SamplingParams], None] = None
+                 ) -> list[CompletionResult]:
+        """Generate for every prompt; returns one result per prompt, in order.
+
+        Args:
+            prompts: a prompt or a list of prompts (text or token ids).
+            params: one `SamplingParams` for all prompts, or one per prompt; default greedy.
+        """
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        if params is None or isinstance(params, SamplingParams):
+            params = [params or SamplingParams()] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
+        streams = []
+        for prompt, p in zip(prompts, params):
+            ids = self.encode(prompt)
+            p = SamplingParams(**{f: getattr(p, f) for f in p.__slots__})  # one copy per request
+            self.engine.check_request(ids, p)
+            streams.append(self.engine.add_request(ids, p))
+        results = {s.request_id: CompletionResult(s.request_id, list(s.request.prompt_token_ids),
+                                                  [], "", None) for s in streams}
+        pending = {s.request_id for s in streams}
+        while pending:
+            self.engine.drain_inbox()
+            self.engine.step()
+            for s in streams:
+                while not s.queue.empty():
+                    out = s.queue.get()
+                    res = results[s.request_id]
+                    res.token_ids += out.token_ids
+                    res.text += out.text
+                    res.logprobs += out.logprobs
+                    if out.finished:
+                        if out.error:
+                            raise RuntimeError(out.error)
+                        res.finish_reason = out.finish_reason
+                        pending.discard(s.request_id)
+        return [results[s.request_id] for s in streams]

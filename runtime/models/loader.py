@@ -1,0 +1,42 @@
+"""Resolve `--model` and load it through mlx-lm."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional
+
+from .default_model import DEFAULT_MODEL_NAME, default_model_path
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_model(model: Optional[str]) -> tuple[str, str]:
+    """Return (path or hub name to load, the id the API reports) for a `--model` value.
+
+    `None` or the default's name means the embedded SmolLM2, prepared on first use.
+    """
+    if model is None or model == DEFAULT_MODEL_NAME:
+        return str(default_model_path()), DEFAULT_MODEL_NAME
+    path = Path(model).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"--model {model}: folder has no config.json; is it an mlx-lm model?")
+        return str(path), model
+    return model, model
+
+
+def load_model(model: Optional[str], chat_template: Optional[str] = None):
+    """Load (model, tokenizer, model_id, config) through `mlx_lm.load`.
+
+    Args:
+        model: a local mlx-lm folder, a hub name, or None for the embedded default.
+        chat_template: a Jinja chat template that replaces the tokenizer's own.
+    """
+    from mlx_lm import load
+
+    source, model_id = resolve_model(model)
+    logger.info("loading %s", source)
+    tokenizer_config = {"chat_template": chat_template} if chat_template else None
+    loaded, tokenizer, config = load(source, tokenizer_config=tokenizer_config, return_config=True)
+    return loaded, tokenizer, model_id, config

@@ -1,0 +1,59 @@
+"""A request's state as it moves through the scheduler."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from .sampling_params import SamplingParams
+
+_ids = itertools.count()
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    PREFILLING = "prefilling"
+    RUNNING = "running"
+    FINISHED_STOPPED = "stop"
+    FINISHED_LENGTH = "length"
+    FINISHED_ABORTED = "abort"
+    FINISHED_ERROR = "error"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.value in ("stop", "length", "abort", "error")
+
+
+@dataclass(eq=False)
+class Request:
+    """One sequence: its prompt, what has been computed, what has been generated.
+
+    `num_computed_tokens` counts prompt tokens whose K/V is in the cache. The scheduler advances
+    it; the model runner reads it.
+    """
+
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
+    arrival_time: float = field(default_factory=time.monotonic)
+    status: RequestStatus = RequestStatus.WAITING
+    num_computed_tokens: int = 0
+    output_token_ids: list[int] = field(default_factory=list)
+    finish_reason: Optional[str] = None
+    # Per-request objects built once at admission (sampler, logits processors, detokenizer state).
+    runtime: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished

@@ -1,0 +1,138 @@
+"""Continuous-batching scheduler: decides, every step, which requests decode, join, start and
+prefill. Pure Python; it never touches MLX, so its policy is unit-tested exactly.
+
+The rule, per step (mlx-lm's BatchGenerator order, so the contiguous path matches it token for
+token):
+  1. every RUNNING request decodes one token (`schedule_decode`); requests that finish leave;
+  2. then (`schedule_prompts`), if fewer than `max_num_seqs` are running, WAITING requests join
+     the prefill batch (at most
+     `max_num_prefill_seqs` prefilling at once, FCFS, and only if the KV path can admit them);
+  3. prefilling requests with exactly their last prompt token left start generating: that token
+     runs through the model on its own and the request becomes RUNNING (it decodes next step);
+  4. every other prefilling request gets a chunk of at most `prefill_step_size` prompt tokens.
+A request that is not batchable (a fixed seed) waits at the head of the queue until nothing else
+runs, then runs alone; nothing joins it until it finishes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from .request import Request, RequestStatus
+
+
+@dataclass(slots=True)
+class PromptSchedule:
+    """The prompt-side work of one step, in the order the model runner executes it."""
+
+    joining: list[Request] = field(default_factory=list)
+    starting: list[Request] = field(default_factory=list)
+    prefill: list[tuple[Request, int]] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.joining or self.starting or self.prefill)
+
+
+class Scheduler:
+    """Holds the WAITING queue, the prefill batch and the RUNNING (decode) batch.
+
+    Args:
+        max_num_seqs: most requests decoding at once (`--decode-concurrency`).
+        max_num_prefill_seqs: most requests prefilling at once (`--prompt-concurrency`).
+        prefill_step_size: most prompt tokens one request prefills per step.
+        can_admit: asked before a waiting request joins; the KV path says whether it fits.
+    """
+
+    def __init__(self, *, max_num_seqs: int = 32, max_num_prefill_seqs: int = 8,
+                 prefill_step_size: int = 2048,
+                 can_admit: Optional[Callable[[Request], bool]] = None):
+        if min(max_num_seqs, max_num_prefill_seqs, prefill_step_size) < 1:
+            raise ValueError("max_num_seqs, max_num_prefill_seqs and prefill_step_size must be >= 1")
+        # BatchGenerator never lets the decode batch be smaller than the prefill batch.
+        self.max_num_seqs = max(max_num_seqs, max_num_prefill_seqs)
+        self.max_num_prefill_seqs = max_num_prefill_seqs
+        self.prefill_step_size = prefill_step_size
+        self.can_admit = can_admit or (lambda _req: True)
+        self.waiting: deque[Request] = deque()
+        self.prefilling: list[Request] = []
+        self.running: list[Request] = []
+
+    def add_request(self, request: Request) -> None:
+        request.status = RequestStatus.WAITING
+        self.waiting.append(request)
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.prefilling) + len(self.running)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.num_unfinished > 0
+
+    def _solo_active(self) -> bool:
+        return any(not r.sampling_params.is_batchable for r in self.prefilling + self.running)
+
+    def _admit(self) -> list[Request]:
+        joining: list[Request] = []
+        room = min(self.max_num_prefill_seqs - len(self.prefilling),
+                   self.max_num_seqs - len(self.running))
+        if self._solo_active():
+            return joining
+        while room > 0 and self.waiting:
+            head = self.waiting[0]
+            if not head.sampling_params.is_batchable:
+                # Drain first: it joins only an empty engine, and alone.
+                if self.prefilling or self.running or joining:
+                    break
+                room = 1
+            if not self.can_admit(head):
+                break
+            self.waiting.popleft()
+            head.status = RequestStatus.PREFILLING
+            joining.append(head)
+            room -= 1
+            if not head.sampling_params.is_batchable:
+                break
+        self.prefilling.extend(joining)
+        return joining
+
+    def schedule_decode(self) -> list[Request]:
+        """The rows that decode one token this step, in batch order."""
+        return list(self.running)
+
+    def schedule_prompts(self) -> PromptSchedule:
+        """Plan the step's prompt work and advance each prefilling `num_computed_tokens`."""
+        out = PromptSchedule()
+        if len(self.running) >= self.max_num_seqs:
+            return out
+        out.joining = self._admit()
+
+        still_prefilling = []
+        for req in self.prefilling:
+            if req.num_prompt_tokens - req.num_computed_tokens == 1:
+                req.num_computed_tokens += 1
+                req.status = RequestStatus.RUNNING
+                out.starting.append(req)
+            else:
+                still_prefilling.append(req)
+        self.prefilling = still_prefilling
+        self.running.extend(out.starting)
+
+        for req in self.prefilling:
+            # The last prompt token is kept back: it runs in its own "start" forward.
+            n = min(req.num_prompt_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
+            req.num_computed_tokens += n
+            out.prefill.append((req, n))
+        return out
+
+    def finish(self, request: Request, status: RequestStatus) -> None:
+        """Retire a request (finished, aborted or failed) from whichever queue holds it."""
+        request.status = status
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.prefilling:
+            self.prefilling.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)

@@ -1,0 +1,45 @@
+"""Stop strings over streamed text: a stop string is never emitted, not even when it arrives split
+across several tokens, and nothing that might be the start of one is emitted early."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+class StopStringMatcher:
+    """Holds back the shortest tail of the text that could still grow into a stop string."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = [s for s in stops if s]
+        self._held = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """Add generated text; return (text safe to emit, whether a stop string matched).
+
+        After a match, the returned text is everything before the stop string and the rest is
+        dropped.
+        """
+        if not self.stops:
+            return text, False
+        held = self._held + text
+        hits = [i for i in (held.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            self._held = ""
+            return held[: min(hits)], True
+        keep = self._longest_partial(held)
+        self._held = held[len(held) - keep :] if keep else ""
+        return held[: len(held) - keep], False
+
+    def flush(self) -> str:
+        """The held-back text, once generation ended for another reason."""
+        held, self._held = self._held, ""
+        return held
+
+    def _longest_partial(self, text: str) -> int:
+        best = 0
+        for stop in self.stops:
+            for k in range(min(len(stop) - 1, len(text)), best, -1):
+                if text.endswith(stop[:k]):
+                    best = k
+                    break
+        return best
