@@ -6,6 +6,17 @@ from __future__ import annotations
 from typing import Sequence
 
 
+def partial_suffix_len(text: str, patterns: Sequence[str]) -> int:
+    """Length of the longest tail of `text` that is a proper prefix of one of `patterns`."""
+    best = 0
+    for pattern in patterns:
+        for k in range(min(len(pattern) - 1, len(text)), best, -1):
+            if text.endswith(pattern[:k]):
+                best = k
+                break
+    return best
+
+
 class StopStringMatcher:
     """Holds back the shortest tail of the text that could still grow into a stop string."""
 
@@ -26,7 +37,7 @@ class StopStringMatcher:
         if hits:
             self._held = ""
             return held[: min(hits)], True
-        keep = self._longest_partial(held)
+        keep = partial_suffix_len(held, self.stops)
         self._held = held[len(held) - keep :] if keep else ""
         return held[: len(held) - keep], False
 
@@ -34,12 +45,3 @@ class StopStringMatcher:
         """The held-back text, once generation ended for another reason."""
         held, self._held = self._held, ""
         return held
-
-    def _longest_partial(self, text: str) -> int:
-        best = 0
-        for stop in self.stops:
-            for k in range(min(len(stop) - 1, len(text)), best, -1):
-                if text.endswith(stop[:k]):
-                    best = k
-                    break
-        return best

@@ -1,0 +1,123 @@
+"""OpenAI response bodies and stream chunks, built from engine outputs."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Optional
+
+from ..outputs import TokenLogprob
+
+SSE_DONE = b"data: [DONE]\n\n"
+
+
+def sse_event(payload: dict) -> bytes:
+    """One server-sent event carrying a JSON payload."""
+    return b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n"
+
+
+def new_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def _finite(x: float) -> float:
+    # JSON has no -Infinity; a masked token's log-probability is reported as a large negative.
+    return x if x > -9999.0 else -9999.0
+
+
+def chat_logprobs(entries: list[TokenLogprob]) -> dict:
+    def item(token: str, logprob: float) -> dict:
+        return {"token": token, "logprob": _finite(logprob), "bytes": list(token.encode())}
+
+    return {"content": [
+        {**item(e.token, e.logprob), "top_logprobs": [item(t, lp) for _, t, lp in e.top_logprobs]}
+        for e in entries]}
+
+
+def completion_logprobs(entries: list[TokenLogprob], text_offset: int) -> dict:
+    offsets, pos = [], text_offset
+    for e in entries:
+        offsets.append(pos)
+        pos += len(e.token)
+    return {
+        "tokens": [e.token for e in entries],
+        "token_logprobs": [_finite(e.logprob) for e in entries],
+        "top_logprobs": [{t: _finite(lp) for _, t, lp in e.top_logprobs} for e in entries],
+        "text_offset": offsets,
+    }
+
+
+def usage(num_prompt: int, num_completion: int, num_cached: int = 0) -> dict:
+    return {"prompt_tokens": num_prompt, "completion_tokens": num_completion,
+            "total_tokens": num_prompt + num_completion,
+            "prompt_tokens_details": {"cached_tokens": num_cached}}
+
+
+class ResponseBuilder:
+    """Shapes one request's output as chat or text completion objects."""
+
+    def __init__(self, kind: str, model: str):
+        self.kind = kind
+        self.model = model
+        self.id = new_id(kind)
+        self.created = int(time.time())
+        self.text_offset = 0
+
+    def _envelope(self, chunk: bool) -> dict:
+        if self.kind == "chat":
+            obj = "chat.completion.chunk" if chunk else "chat.completion"
+        else:
+            obj = "text_completion"
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def _logprobs(self, entries: list[TokenLogprob], wanted: bool) -> Optional[dict]:
+        if not wanted:
+            return None
+        if self.kind == "chat":
+            return chat_logprobs(entries)
+        out = completion_logprobs(entries, self.text_offset)
+        return out
+
+    def chunk(self, *, text: str = "", role: bool = False, tool_calls: Optional[list] = None,
+              logprobs: Optional[list[TokenLogprob]] = None, want_logprobs: bool = False,
+              finish_reason: Optional[str] = None) -> dict:
+        """A streamed increment."""
+        body = self._envelope(chunk=True)
+        if self.kind == "chat":
+            delta: dict = {}
+            if role:
+                delta["role"] = "assistant"
+            if text or role:
+                delta["content"] = text
+            if tool_calls:
+                delta["tool_calls"] = tool_calls
+            choice = {"index": 0, "delta": delta}
+        else:
+            choice = {"index": 0, "text": text}
+        choice["logprobs"] = self._logprobs(logprobs or [], want_logprobs and bool(logprobs))
+        choice["finish_reason"] = finish_reason
+        self.text_offset += len(text)
+        body["choices"] = [choice]
+        return body
+
+    def usage_chunk(self, usage_body: dict) -> dict:
+        return {**self._envelope(chunk=True), "choices": [], "usage": usage_body}
+
+    def full(self, *, text: str, tool_calls: list, logprobs: list[TokenLogprob],
+             want_logprobs: bool, finish_reason: Optional[str], usage_body: dict) -> dict:
+        """The whole, non-streamed response."""
+        body = self._envelope(chunk=False)
+        if self.kind == "chat":
+            message: dict = {"role": "assistant", "content": text}
+            if tool_calls:
+                message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"}
+                                         for c in tool_calls]
+            choice = {"index": 0, "message": message}
+        else:
+            choice = {"index": 0, "text": text}
+        choice["logprobs"] = self._logprobs(logprobs, want_logprobs)
+        choice["finish_reason"] = finish_reason
+        body["choices"] = [choice]
+        body["usage"] = usage_body
+        return body
