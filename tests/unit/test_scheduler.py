@@ -1,0 +1,111 @@
+"""Scheduler policy, step by step, with exact expectations."""
+
+from mlx_paged.request import Request, RequestStatus
+from mlx_paged.sampling_params import SamplingParams
+from mlx_paged.scheduler import Scheduler
+
+
+def req(name: str, n: int, **params) -> Request:
+    r = Request(list(range(1, n + 1)), SamplingParams(**params))
+    r.request_id = name
+    return r
+
+
+def ids(reqs):
+    return [r.request_id for r in reqs]
+
+
+def plan_view(plan):
+    return (ids(plan.joining), ids(plan.starting), [(r.request_id, n) for r, n in plan.prefill])
+
+
+def test_prompt_goes_prefill_then_start_then_decode():
+    s = Scheduler(max_num_seqs=4, max_num_prefill_seqs=2, prefill_step_size=3)
+    a = req("a", 8)
+    s.add_request(a)
+    assert s.schedule_decode() == []
+    # 8 tokens: 7 are prefilled in chunks of 3, the last one starts generation on its own.
+    assert plan_view(s.schedule_prompts()) == (["a"], [], [("a", 3)])
+    assert plan_view(s.schedule_prompts()) == ([], [], [("a", 3)])
+    assert plan_view(s.schedule_prompts()) == ([], [], [("a", 1)])
+    assert a.num_computed_tokens == 7 and a.status == RequestStatus.PREFILLING
+    assert plan_view(s.schedule_prompts()) == ([], ["a"], [])
+    assert a.status == RequestStatus.RUNNING and a.num_computed_tokens == 8
+    assert ids(s.schedule_decode()) == ["a"]
+
+
+def test_one_token_prompt_starts_in_its_admission_step():
+    s = Scheduler()
+    s.add_request(req("a", 1))
+    assert plan_view(s.schedule_prompts()) == (["a"], ["a"], [])
+
+
+def test_admission_is_fcfs_and_capped_by_prefill_and_decode_slots():
+    s = Scheduler(max_num_seqs=3, max_num_prefill_seqs=2, prefill_step_size=100)
+    for name in "abcde":
+        s.add_request(req(name, 5))
+    assert plan_view(s.schedule_prompts()) == (["a", "b"], [], [("a", 4), ("b", 4)])
+    # Admission comes before starting (BatchGenerator's order): the prefill batch is still full.
+    assert plan_view(s.schedule_prompts()) == ([], ["a", "b"], [])
+    assert ids(s.running) == ["a", "b"]
+    # Two prefill slots free, but only one decode slot: one request joins.
+    assert plan_view(s.schedule_prompts()) == (["c"], [], [("c", 4)])
+    # Room is counted before "c" starts, so "d" joins as the decode batch fills up.
+    assert plan_view(s.schedule_prompts()) == (["d"], ["c"], [("d", 4)])
+    assert ids(s.running) == ["a", "b", "c"]
+    # Decode batch full: no prompt work at all; "d" waits half-prefilled.
+    assert plan_view(s.schedule_prompts()) == ([], [], [])
+    assert ids(s.waiting) == ["e"]
+    s.finish(s.running[1], RequestStatus.FINISHED_LENGTH)
+    assert ids(s.schedule_decode()) == ["a", "c"]
+    assert plan_view(s.schedule_prompts()) == (["e"], ["d"], [("e", 4)])
+    assert ids(s.running) == ["a", "c", "d"]
+
+
+def test_decode_batch_never_smaller_than_prefill_batch():
+    s = Scheduler(max_num_seqs=1, max_num_prefill_seqs=4)
+    assert s.max_num_seqs == 4
+
+
+def test_unbatchable_request_drains_the_batch_then_runs_alone():
+    s = Scheduler(max_num_seqs=8, max_num_prefill_seqs=8)
+    s.add_request(req("a", 2))
+    assert plan_view(s.schedule_prompts()) == (["a"], [], [("a", 1)])
+    s.add_request(req("seeded", 2, seed=7))
+    s.add_request(req("b", 2))
+    # The seeded request is at the head: it waits for "a", and "b" queues behind it (FCFS).
+    assert plan_view(s.schedule_prompts()) == ([], ["a"], [])
+    assert plan_view(s.schedule_prompts()) == ([], [], [])
+    s.finish(s.running[0], RequestStatus.FINISHED_STOPPED)
+    assert plan_view(s.schedule_prompts()) == (["seeded"], [], [("seeded", 1)])
+    # Nothing joins it while it runs.
+    assert plan_view(s.schedule_prompts()) == ([], ["seeded"], [])
+    assert plan_view(s.schedule_prompts()) == ([], [], [])
+    s.finish(s.running[0], RequestStatus.FINISHED_LENGTH)
+    assert plan_view(s.schedule_prompts()) == (["b"], [], [("b", 1)])
+
+
+def test_can_admit_blocks_the_head_of_the_queue():
+    allowed = {"a"}
+    s = Scheduler(can_admit=lambda r: r.request_id in allowed)
+    s.add_request(req("a", 3))
+    s.add_request(req("b", 3))
+    s.add_request(req("c", 3))
+    assert ids(s.schedule_prompts().joining) == ["a"]
+    assert ids(s.waiting) == ["b", "c"]
+    allowed.add("b")
+    assert ids(s.schedule_prompts().joining) == ["b"]
+
+
+def test_finish_removes_from_any_queue():
+    s = Scheduler(max_num_prefill_seqs=1)
+    a, b, c = req("a", 1), req("b", 5), req("c", 5)
+    for r in (a, b, c):
+        s.add_request(r)
+    s.schedule_prompts()  # a starts (1 token)
+    s.schedule_prompts()  # b joins
+    assert (ids(s.running), ids(s.prefilling), ids(s.waiting)) == (["a"], ["b"], ["c"])
+    for r in (a, b, c):
+        s.finish(r, RequestStatus.FINISHED_ABORTED)
+    assert not s.has_unfinished_requests()
+    assert all(r.status == RequestStatus.FINISHED_ABORTED for r in (a, b, c))
