@@ -64,9 +64,11 @@ class OutputProcessor:
                 finish = "stop"
         if finish is not None:
             if finish != "stop" or token in state.stop_token_ids:
+                # Bytes held by the detokenizer (an unfinished UTF-8 sequence) come out now.
                 state.detokenizer.finalize()
                 text, matched = state.stops.feed(state.detokenizer.last_segment)
                 out.text += text if matched else text + state.stops.flush()
+                finish = "stop" if matched else finish
             request.finish_reason = finish
             out.finish_reason = finish
         out.num_generated_tokens = num_sampled

@@ -1,0 +1,141 @@
+"""Engine behaviour on a tiny random llama: sampling options, stops, cancellation, failures."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlx_paged import LLM, SamplingParams
+from mlx_paged.errors import InvalidRequestError
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_model_dir):
+    return LLM(str(tiny_model_dir("llama")), max_num_seqs=4, max_num_prefill_seqs=2)
+
+
+def no_eos(llm, **kw):
+    return SamplingParams(logit_bias={llm.tokenizer.eos_token_id: -100}, **kw)
+
+
+def collect(stream):
+    ids, text, outs = [], "", []
+    for o in stream:
+        ids += o.token_ids
+        text += o.text
+        outs.append(o)
+    return ids, text, outs[-1]
+
+
+def test_generate_returns_one_result_per_prompt(llm):
+    results = llm.generate(["hello world", "the quick brown fox"], no_eos(llm, max_tokens=7))
+    assert [len(r.token_ids) for r in results] == [7, 7]
+    assert all(r.finish_reason == "length" for r in results)
+    assert results[0].text == llm.tokenizer.decode(results[0].token_ids)
+
+
+def test_stop_string_truncates_text_and_finishes(llm):
+    full = llm.generate("hello world", no_eos(llm, max_tokens=24))[0]
+    assert len(full.text) > 6
+    stop = full.text[3:6]
+    cut = llm.generate("hello world", no_eos(llm, max_tokens=24, stop=[stop]))[0]
+    assert cut.finish_reason == "stop"
+    assert cut.text == full.text[: full.text.find(stop)]
+    assert full.token_ids[: len(cut.token_ids)] == cut.token_ids
+
+
+def test_eos_stops_and_is_not_emitted(llm):
+    eos = llm.tokenizer.eos_token_id
+    r = llm.generate("hello", SamplingParams(max_tokens=5, logit_bias={eos: 100}))[0]
+    assert (r.token_ids, r.text, r.finish_reason) == ([], "", "stop")
+    r = llm.generate("hello", SamplingParams(max_tokens=5, logit_bias={eos: 100},
+                                             ignore_eos=True))[0]
+    assert r.token_ids == [eos] * 5 and r.finish_reason == "length"
+
+
+def test_logprobs_are_sorted_and_greedy_token_is_the_top(llm):
+    r = llm.generate("hello world", no_eos(llm, max_tokens=4, logprobs=True, top_logprobs=3))[0]
+    assert len(r.logprobs) == 4
+    for token_id, entry in zip(r.token_ids, r.logprobs):
+        values = [lp for _, _, lp in entry.top_logprobs]
+        assert len(values) == 3 and values == sorted(values, reverse=True)
+        assert entry.top_logprobs[0][0] == token_id
+        assert entry.logprob == pytest.approx(values[0])
+        assert entry.logprob <= 0
+
+
+def test_same_seed_same_sample_and_seeded_request_runs_alone(llm):
+    engine = llm.engine
+    params = lambda seed: no_eos(llm, max_tokens=8, temperature=1.0, seed=seed)  # noqa: E731
+    a = engine.add_request(llm.encode("hello world"), no_eos(llm, max_tokens=6))
+    s1 = engine.add_request(llm.encode("lazy dog"), params(11))
+    b = engine.add_request(llm.encode("block table"), no_eos(llm, max_tokens=6))
+    widest_with_seeded = 0
+    while engine.scheduler.has_unfinished_requests() or not engine._inbox.empty():
+        engine.drain_inbox()
+        engine.step()
+        active = engine.scheduler.running + engine.scheduler.prefilling
+        if s1.request in active:
+            widest_with_seeded = max(widest_with_seeded, len(active))
+    assert widest_with_seeded == 1
+    first = collect(s1)[0]
+    again = llm.generate("lazy dog", params(11))[0].token_ids
+    other = llm.generate("lazy dog", params(12))[0].token_ids
+    assert first == again and first != other
+    assert len(collect(a)[0]) == 6 and len(collect(b)[0]) == 6
+
+
+def test_abort_frees_the_row_and_ends_the_stream(llm):
+    engine = llm.engine
+    keep = engine.add_request(llm.encode("hello world"), no_eos(llm, max_tokens=12))
+    gone = engine.add_request(llm.encode("the quick brown fox"), no_eos(llm, max_tokens=200))
+    for _ in range(5):
+        engine.drain_inbox()
+        engine.step()
+    assert len(engine.runner.decode_rows) == 2
+    gone.cancel()
+    engine.drain_inbox()
+    assert [r.request_id for r in engine.runner.decode_rows] == [keep.request_id]
+    assert collect(gone)[2].finish_reason == "abort"
+    while engine.scheduler.has_unfinished_requests():
+        engine.step()
+    assert len(collect(keep)[0]) == 12
+    assert engine.runner.decode_rows == [] and engine.runner.decode_cache == []
+
+
+def test_failed_step_fails_its_requests_and_engine_goes_on(llm, monkeypatch):
+    engine = llm.engine
+    victim = engine.add_request(llm.encode("hello world"), no_eos(llm, max_tokens=10))
+    for _ in range(3):
+        engine.drain_inbox()
+        engine.step()
+    real_decode = engine.runner.decode
+    monkeypatch.setattr(engine.runner, "decode", lambda rows: 1 / 0)
+    engine.step()
+    monkeypatch.setattr(engine.runner, "decode", real_decode)
+    last = collect(victim)[2]
+    assert last.finish_reason == "error" and "division by zero" in last.error
+    assert not engine.scheduler.has_unfinished_requests()
+    assert llm.generate("hello world", no_eos(llm, max_tokens=3))[0].finish_reason == "length"
+
+
+def test_context_limits(llm):
+    engine = llm.engine
+    n = engine.max_model_len
+    with pytest.raises(InvalidRequestError) as info:
+        engine.check_request([5] * n, SamplingParams())
+    assert info.value.code == "context_length_exceeded" and info.value.param == "messages"
+    with pytest.raises(InvalidRequestError) as info:
+        engine.check_request([5] * (n - 10), SamplingParams(max_tokens=11))
+    assert info.value.param == "max_tokens" and "at most 10" in info.value.message
+    clamped = engine.check_request([5] * (n - 10), SamplingParams(max_tokens=500),
+                                   max_tokens_explicit=False)
+    assert clamped.max_tokens == 10
+    with pytest.raises(InvalidRequestError):
+        engine.check_request([], SamplingParams())
+    with pytest.raises(InvalidRequestError):
+        engine.check_request([10**6], SamplingParams())
+
+
+def test_paged_path_is_refused_with_a_clear_error(tiny_model_dir):
+    with pytest.raises(NotImplementedError, match="--kv-paged off"):
+        LLM(str(tiny_model_dir("llama")), kv_paged=True)
