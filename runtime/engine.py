@@ -195,6 +195,7 @@ class Engine:
             stream = self._streams.get(item[1])
             if stream is not None:
                 self._finish([stream.request], RequestStatus.FINISHED_ABORTED)
+                self.metrics.count_finish("abort")
                 stream.queue.put(RequestOutput(item[1], finish_reason="abort"))
 
     def drain_inbox(self) -> None:
