@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import signal
 import sys
@@ -118,19 +119,26 @@ def serve(args: argparse.Namespace) -> int:
         logger.error("cannot bind %s:%d: %s", args.host, args.port, exc)
         return 1
     engine.start()
+    stopping = threading.Event()
 
     def stop(signum, _frame):
+        stopping.set()
+        state.shutting_down = True
         logger.info("received %s: no new requests; finishing the ones in flight",
                     signal.Signals(signum).name)
-        state.shutting_down = True
-        threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     host, port = server.server_address[:2]
     logger.info("serving %s on http://%s:%d (kv path: contiguous)", model_id, host, port)
     print(f"mlx-paged: serving {model_id} on http://{host}:{port}", flush=True)
-    server.serve_forever(poll_interval=0.2)
+    # HTTP runs on its own thread; the main thread only waits, so signals are handled at once.
+    http_thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
+                                   name="mlx-paged-http", daemon=True)
+    http_thread.start()
+    while not stopping.wait(0.2):
+        pass
+    server.shutdown()
     server.server_close()
     if not wait_for_idle(state, args.shutdown_grace):
         logger.warning("cancelling requests still running after %.0f s", args.shutdown_grace)
@@ -138,6 +146,16 @@ def serve(args: argparse.Namespace) -> int:
     wait_for_idle(state, 5.0)
     logger.info("stopped")
     return 0
+
+
+def _exit_now(code: int) -> None:
+    """Leave without running interpreter teardown: MLX's native threads can abort the process
+    ("terminate called without an active exception") while static objects are destroyed,
+    turning a clean shutdown into exit code 134. Everything is flushed first."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -163,7 +181,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     level = getattr(args, "log_level", "INFO")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
-        return serve(args)
+        _exit_now(serve(args))
     if args.command == "bench":
         return args.run(args)
     if args.command == "kernels":

@@ -97,6 +97,7 @@ class Engine:
         self._inbox: "queue.Queue[tuple]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._stopping = threading.Event()
+        self._stream = generation_stream  # callers that drive `step` themselves use mlx-lm's
         self.error: Optional[BaseException] = None
 
     # ---- called from any thread -------------------------------------------------------------
@@ -162,6 +163,9 @@ class Engine:
     # ---- engine thread ----------------------------------------------------------------------
 
     def _loop(self) -> None:
+        # A stream of the engine thread's own: MLX's thread-local streams abort the process
+        # at exit when their thread has ended first.
+        self._stream = mx.new_stream(mx.default_device())
         try:
             while not self._stopping.is_set():
                 self._drain_inbox(block=not self.scheduler.has_unfinished_requests())
@@ -172,6 +176,8 @@ class Engine:
             logger.exception("engine thread died")
             self.error = exc
             self._abort_all(f"engine failure: {exc}")
+        finally:
+            mx.synchronize(self._stream)
 
     def _drain_inbox(self, block: bool) -> None:
         try:
@@ -205,7 +211,7 @@ class Engine:
     def step(self) -> None:
         """One continuous-batching step: decode the running rows, then the prompt work."""
         try:
-            with mx.stream(generation_stream):
+            with mx.stream(self._stream):
                 self._step()
         except Exception as exc:
             logger.exception("engine step failed; failing the requests in flight")

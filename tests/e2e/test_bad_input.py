@@ -1,0 +1,126 @@
+"""Every bad request gets OpenAI's error shape with a 4xx status, and the server keeps serving."""
+
+from __future__ import annotations
+
+import http.client
+import json
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "SmolLM2-135M-Instruct"
+MSG = [{"role": "user", "content": "Say hi."}]
+
+
+def post(server, path: str, body, headers=None, raw: bytes | None = None):
+    host, port = server.url[len("http://"):].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    data = raw if raw is not None else json.dumps(body).encode()
+    conn.request("POST", path, data, {"Content-Type": "application/json", **(headers or {})})
+    resp = conn.getresponse()
+    payload = resp.read()
+    conn.close()
+    return resp.status, json.loads(payload) if payload else None
+
+
+def assert_error(status, payload, expected_status, param=None, fragment=None):
+    assert status == expected_status, payload
+    err = payload["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert isinstance(err["message"], str) and err["message"]
+    if param is not None:
+        assert err["param"] == param, err
+    if fragment is not None:
+        assert fragment in err["message"], err
+
+
+CHAT_CASES = [
+    ("malformed JSON", None, b'{"messages": [', 400, None, "not valid JSON"),
+    ("not an object", None, b"[]", 400, None, "JSON object"),
+    ("missing messages", {"model": MODEL}, None, 400, "messages", "required"),
+    ("messages wrong type", {"messages": "hi"}, None, 400, "messages", None),
+    ("bad role", {"messages": [{"role": "robot", "content": "x"}]}, None, 400, "messages", None),
+    ("temperature wrong type", {"messages": MSG, "temperature": "warm"}, None, 400,
+     "temperature", "number"),
+    ("max_tokens zero", {"messages": MSG, "max_tokens": 0}, None, 400, "max_tokens", None),
+    ("max_tokens negative", {"messages": MSG, "max_tokens": -1}, None, 400, "max_tokens", None),
+    ("max_tokens absurd", {"messages": MSG, "max_tokens": 10**12}, None, 400, "max_tokens",
+     None),
+    ("max_tokens beyond context", {"messages": MSG, "max_tokens": 8190}, None, 400,
+     "max_tokens", "context"),
+    ("n > 1", {"messages": MSG, "n": 3}, None, 400, "n", None),
+    ("json mode", {"messages": MSG, "response_format": {"type": "json_object"}}, None, 400,
+     "response_format", None),
+    ("tools unsupported by template",
+     {"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}]}, None, 400,
+     "tools", "tool calling"),
+    ("image content", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "x"}}]}]}, None, 400, "messages", None),
+    ("top_logprobs without logprobs", {"messages": MSG, "top_logprobs": 2}, None, 400,
+     "top_logprobs", None),
+    ("logit_bias outside vocabulary", {"messages": MSG, "logit_bias": {"999999": 1}}, None, 400,
+     "logit_bias", "vocabulary"),
+]
+
+
+@pytest.mark.parametrize("name,body,raw,status,param,fragment", CHAT_CASES,
+                         ids=[c[0] for c in CHAT_CASES])
+def test_chat_bad_input(server, name, body, raw, status, param, fragment):
+    s, payload = post(server, "/v1/chat/completions", body, raw=raw)
+    assert_error(s, payload, status, param, fragment)
+
+
+def test_unknown_model_is_404(server):
+    s, payload = post(server, "/v1/chat/completions", {"model": "gpt-7", "messages": MSG})
+    assert_error(s, payload, 404, "model", "gpt-7")
+    assert payload["error"]["code"] == "model_not_found"
+
+
+def test_prompt_longer_than_context(server):
+    s, payload = post(server, "/v1/completions", {"model": MODEL, "prompt": "hello " * 9000})
+    assert_error(s, payload, 400, None, "context")
+    assert payload["error"]["code"] == "context_length_exceeded"
+
+
+def test_completion_bad_prompt(server):
+    s, payload = post(server, "/v1/completions", {"model": MODEL, "prompt": ["a", "b"]})
+    assert_error(s, payload, 400, "prompt")
+    s, payload = post(server, "/v1/completions", {"model": MODEL, "prompt": [1, 10**9]})
+    assert_error(s, payload, 400, "prompt", "token ids")
+
+
+def test_oversized_body_is_413(server):
+    big = json.dumps({"messages": [{"role": "user", "content": "x" * (5 * 1024 * 1024)}]})
+    s, payload = post(server, "/v1/chat/completions", None, raw=big.encode())
+    assert_error(s, payload, 413, None, "--max-request-bytes")
+
+
+def test_missing_content_length_is_411(server):
+    host, port = server.url[len("http://"):].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.putrequest("POST", "/v1/chat/completions")
+    conn.putheader("Content-Type", "application/json")
+    conn.endheaders()
+    resp = conn.getresponse()
+    assert_error(resp.status, json.loads(resp.read()), 411, None, "Content-Length")
+    conn.close()
+
+
+def test_unknown_route_is_404(server):
+    s, payload = post(server, "/v1/embeddings", {"input": "x"})
+    assert_error(s, payload, 404, None, "no route")
+
+
+def test_server_still_serves_after_bad_requests(client):
+    r = client.chat.completions.create(model=MODEL, max_tokens=8, messages=[
+        {"role": "user", "content": "What is the capital of France?"}])
+    assert "Paris" in r.choices[0].message.content
+
+
+def test_openai_client_surfaces_the_error(client):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model=MODEL, messages=MSG, max_tokens=0)
+    assert "max_tokens" in str(info.value)
