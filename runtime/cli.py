@@ -145,7 +145,8 @@ def serve(args: argparse.Namespace) -> int:
     engine.shutdown()
     wait_for_idle(state, 5.0)
     logger.info("stopped")
-    return 0
+    _exit_now(0)
+    return 0  # not reached
 
 
 def _exit_now(code: int) -> None:
@@ -181,7 +182,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     level = getattr(args, "log_level", "INFO")
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
-        _exit_now(serve(args))
+        return serve(args)
     if args.command == "bench":
         return args.run(args)
     if args.command == "kernels":

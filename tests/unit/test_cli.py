@@ -1,0 +1,45 @@
+import argparse
+
+import pytest
+
+from mlx_paged.cli import build_parser, main, parse_size
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("4GB", 4 * 10**9), ("4G", 4 * 10**9), ("512MiB", 512 * 2**20), ("1000", 1000),
+    ("1.5gb", 1_500_000_000), ("2KiB", 2048),
+])
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "four GB", "4XB", "-1GB"])
+def test_parse_size_rejects(text):
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_size(text)
+
+
+def test_serve_defaults_match_mlx_lm_server():
+    args = build_parser().parse_args(["serve"])
+    assert (args.host, args.port, args.max_tokens, args.decode_concurrency,
+            args.prompt_concurrency, args.prefill_step_size) == ("127.0.0.1", 8080, 512, 32, 8, 2048)
+    assert args.kv_paged is False and args.model is None and args.api_key is None
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["--kv-paged"], True), (["--kv-paged", "on"], True), (["--kv-paged", "off"], False),
+])
+def test_kv_paged_flag(argv, expected):
+    assert build_parser().parse_args(["serve", *argv]).kv_paged is expected
+
+
+def test_kv_paged_on_fails_at_start_with_a_clear_message(caplog):
+    assert main(["serve", "--kv-paged", "on", "--log-level", "ERROR"]) == 2
+    assert "not implemented yet" in caplog.text and "--kv-paged off" in caplog.text
+
+
+def test_unimplemented_commands_say_so(capsys):
+    assert main(["kernels", "list"]) == 2
+    assert "not implemented yet" in capsys.readouterr().err
+    assert main(["bench", "memory"]) == 2
+    assert "not implemented yet" in capsys.readouterr().err
