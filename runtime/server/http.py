@@ -164,11 +164,25 @@ class APIHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise InvalidRequestError("Content-Length is not an integer") from None
         if n > self.state.max_request_bytes:
-            self.close_connection = True  # the unread body makes the connection unusable
+            self.close_connection = True
+            self._discard_body(n)
             raise InvalidRequestError(
                 f"the request body is {n} bytes; the limit is {self.state.max_request_bytes} "
                 f"(--max-request-bytes)", status=413, code="request_too_large")
         return self.rfile.read(n)
+
+    def _discard_body(self, n: int) -> None:
+        """Read and drop a refused body (up to 64 MiB), so the client, still sending, reads our
+        413 instead of a reset connection."""
+        left = min(n, 64 * 1024 * 1024)
+        try:
+            while left > 0:
+                chunk = self.rfile.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
 
     def _handle_generation(self, parse) -> None:
         state = self.state

@@ -2,60 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
-from dataclasses import dataclass
-
 import pytest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen
-    url: str
-    log_path: str
-
-    def log(self) -> str:
-        with open(self.log_path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-
-    def stop(self, timeout: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
-
-
-def start_server(tmp_path, *args: str, timeout: float = 180) -> Server:
-    port = free_port()
-    log_path = str(tmp_path / f"server-{port}.log")
-    log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "mlx_paged", "serve", "--port", str(port),
-                             *args], stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{open(log_path).read()}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if json.load(r)["status"] == "ok":
-                    return Server(proc, url, log_path)
-        except OSError:
-            time.sleep(0.3)
-    proc.kill()
-    raise RuntimeError(f"server did not become healthy:\n{open(log_path).read()}")
+from server_process import start_server
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from conftest import start_server
+from server_process import start_server
 
 pytestmark = pytest.mark.e2e
 

@@ -1,0 +1,145 @@
+"""Per-request block tables over the shared `BlockPool`, with automatic prefix caching.
+
+The scheduler talks to this class only: `get_computed_blocks` (prefix-cache lookup),
+`allocate_slots` (make room for new tokens or say it cannot), `free`, and `get_block_ids`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol, Sequence
+
+from .block_pool import BlockPool
+from .kv_cache_utils import BlockHash, KVCacheBlock, hash_request_blocks
+
+
+class PagedRequest(Protocol):
+    request_id: str
+    num_computed_tokens: int
+
+    @property
+    def all_token_ids(self) -> Sequence[int]: ...
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class KVCacheManager:
+    """Owns the block table of every running request.
+
+    Args:
+        num_blocks: pool size, the null block included.
+        block_size: tokens per block.
+        enable_caching: automatic prefix caching (`--no-prefix-caching` turns it off).
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True):
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.block_size = block_size
+        self.enable_caching = enable_caching
+        self.block_pool = BlockPool(num_blocks, enable_caching)
+        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        self.req_to_block_hashes: dict[str, list[BlockHash]] = {}
+        self.num_cached_block: dict[str, int] = {}
+
+    def _block_hashes(self, request: PagedRequest) -> list[BlockHash]:
+        """The request's full-block hashes, extended incrementally as tokens arrive."""
+        hashes = self.req_to_block_hashes.setdefault(request.request_id, [])
+        tokens = request.all_token_ids
+        if len(tokens) // self.block_size > len(hashes):
+            hashes += hash_request_blocks(tokens, self.block_size, start=len(hashes),
+                                          parent=hashes[-1] if hashes else None)
+        return hashes
+
+    def get_computed_blocks(self, request: PagedRequest) -> tuple[list[KVCacheBlock], int]:
+        """Longest run of cached full blocks at the start of the request.
+
+        The hit stops short of the last token, which must be computed to get logits.
+
+        Returns:
+            (blocks, number of tokens they hold).
+        """
+        if not self.enable_caching:
+            return [], 0
+        max_blocks = (len(request.all_token_ids) - 1) // self.block_size
+        hits = []
+        for block_hash in self._block_hashes(request)[:max_blocks]:
+            block = self.block_pool.get_cached_block(block_hash)
+            if block is None:
+                break
+            hits.append(block)
+        return hits, len(hits) * self.block_size
+
+    def num_blocks_needed(self, request: PagedRequest, num_new_tokens: int,
+                          new_computed_blocks: Sequence[KVCacheBlock] = ()) -> int:
+        """New blocks `allocate_slots` would take from the free queue for this request."""
+        held = len(self.req_to_blocks.get(request.request_id, ())) + len(new_computed_blocks)
+        num_tokens = (request.num_computed_tokens + len(new_computed_blocks) * self.block_size
+                      + num_new_tokens)
+        # Reviving a free cached block takes it off the free queue too.
+        revived = sum(1 for b in new_computed_blocks if b.ref_cnt == 0)
+        return max(cdiv(num_tokens, self.block_size) - held, 0) + revived
+
+    def can_allocate(self, request: PagedRequest, num_new_tokens: int,
+                     new_computed_blocks: Sequence[KVCacheBlock] = (),
+                     num_reserved_blocks: int = 0) -> bool:
+        needed = self.num_blocks_needed(request, num_new_tokens, new_computed_blocks)
+        return needed + num_reserved_blocks <= self.block_pool.num_free_blocks
+
+    def allocate_slots(self, request: PagedRequest, num_new_tokens: int,
+                       new_computed_blocks: Sequence[KVCacheBlock] = ()
+                       ) -> Optional[list[KVCacheBlock]]:
+        """Give the request room for `num_new_tokens` more tokens after its computed ones.
+
+        Args:
+            request: the request; `num_computed_tokens` excludes `new_computed_blocks`.
+            num_new_tokens: tokens to compute this step.
+            new_computed_blocks: prefix-cache hits from `get_computed_blocks` (first call only).
+
+        Returns:
+            The newly allocated blocks, or None when the pool cannot hold them (nothing changes).
+        """
+        if num_new_tokens < 1:
+            raise ValueError("num_new_tokens must be >= 1")
+        if not self.can_allocate(request, num_new_tokens, new_computed_blocks):
+            return None
+        blocks = self.req_to_blocks.setdefault(request.request_id, [])
+        if new_computed_blocks:
+            self.block_pool.touch(new_computed_blocks)
+            blocks.extend(new_computed_blocks)
+            self.num_cached_block[request.request_id] = len(blocks)
+        num_tokens = (request.num_computed_tokens + len(new_computed_blocks) * self.block_size
+                      + num_new_tokens)
+        new_blocks = self.block_pool.get_new_blocks(
+            max(cdiv(num_tokens, self.block_size) - len(blocks), 0))
+        blocks.extend(new_blocks)
+        return new_blocks
+
+    def cache_blocks(self, request: PagedRequest, num_computed_tokens: int) -> None:
+        """Register the blocks that `num_computed_tokens` computed tokens have filled."""
+        if not self.enable_caching:
+            return
+        blocks = self.req_to_blocks.get(request.request_id, [])
+        num_full = min(num_computed_tokens // self.block_size, len(blocks))
+        start = self.num_cached_block.get(request.request_id, 0)
+        if num_full <= start:
+            return
+        hashes = self._block_hashes(request)
+        for i in range(start, num_full):
+            self.block_pool.cache_full_block(blocks[i], hashes[i])
+        self.num_cached_block[request.request_id] = num_full
+
+    def free(self, request: PagedRequest) -> None:
+        """Release the request's blocks, tail first, so its most specific blocks go first."""
+        blocks = self.req_to_blocks.pop(request.request_id, [])
+        self.block_pool.free_blocks(list(reversed(blocks)))
+        self.num_cached_block.pop(request.request_id, None)
+
+    def forget(self, request: PagedRequest) -> None:
+        """Drop the request's hash list too (it finished; a preempted one keeps it)."""
+        self.free(request)
+        self.req_to_block_hashes.pop(request.request_id, None)
+
+    def get_block_ids(self, request: PagedRequest) -> list[int]:
+        return [b.block_id for b in self.req_to_blocks.get(request.request_id, [])]
