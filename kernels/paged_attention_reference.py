@@ -1,0 +1,60 @@
+"""Pure-MLX paged attention: gather each row's pages into contiguous K/V, then
+`mx.fast.scaled_dot_product_attention` with a position mask. Runs anywhere; it is the oracle
+every paged kernel is tested against, and the CPU path."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import mlx.core as mx
+
+
+def gather_pages(pages: mx.array, block_tables: mx.array) -> mx.array:
+    """`[num_blocks, block_size, H, D]` pages + `(B, max_blocks)` tables -> `(B, H, T, D)`,
+    with `T = max_blocks * block_size`; positions past a row's length hold garbage."""
+    num_rows, max_blocks = block_tables.shape
+    _, block_size, heads, dim = pages.shape
+    gathered = pages[block_tables.reshape(-1)]
+    return gathered.reshape(num_rows, max_blocks * block_size, heads, dim).transpose(0, 2, 1, 3)
+
+
+def paged_attention_mask(query_positions: mx.array, context_lens: mx.array, num_keys: int,
+                         window: Optional[int] = None) -> mx.array:
+    """Boolean `(B, 1, L, T)` mask: key t is visible to the query at position p of row b when
+    t <= p, t < context_lens[b] and, with a sliding window, t > p - window.
+
+    A query row that would see nothing (a padding position) sees key 0 instead, so no row of
+    the softmax is empty (an empty row would give NaN).
+    """
+    keys = mx.arange(num_keys)[None, None, :]
+    pos = query_positions[:, :, None]
+    visible = (keys <= pos) & (keys < context_lens[:, None, None])
+    if window is not None:
+        visible = visible & (keys > pos - window)
+    empty = ~mx.any(visible, axis=-1, keepdims=True)
+    visible = visible | (empty & (keys == 0))
+    return visible[:, None, :, :]
+
+
+def paged_attention_reference(queries: mx.array, k_pages: mx.array, v_pages: mx.array,
+                              block_tables: mx.array, context_lens: mx.array,
+                              query_positions: mx.array, *, scale: float,
+                              window: Optional[int] = None,
+                              sinks: Optional[mx.array] = None) -> mx.array:
+    """Attention of `(B, Hq, L, D)` queries over paged K/V.
+
+    Args:
+        queries: RoPE'd queries, `(B, Hq, L, D)`.
+        k_pages, v_pages: `[num_blocks, block_size, Hkv, D]` (GQA: Hq a multiple of Hkv).
+        block_tables: `(B, max_blocks)` int32; unused entries point at the null block 0.
+        context_lens: `(B,)` tokens of each row in the cache, this step's included.
+        query_positions: `(B, L)` position of each query token.
+        scale: softmax scale.
+        window: sliding-window size, or None for full attention.
+        sinks: attention sinks, passed through to SDPA.
+    """
+    keys = gather_pages(k_pages, block_tables)
+    values = gather_pages(v_pages, block_tables)
+    mask = paged_attention_mask(query_positions, context_lens, keys.shape[2], window)
+    return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask,
+                                                sinks=sinks)

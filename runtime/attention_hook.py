@@ -1,0 +1,62 @@
+"""Route mlx-lm's attention to paged attention without forking model files.
+
+Most mlx-lm model modules bind `scaled_dot_product_attention` from `models.base` at import, so
+the hook replaces that name in every loaded `mlx_lm.models.*` module. Calls whose cache is a
+`PagedLayerCache` go to paged attention; every other call goes to mlx-lm's own function.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import mlx.core as mx
+import mlx_lm.models.base as base
+
+from mlx_paged.kernels.paged_attention_reference import paged_attention_reference
+
+from .paged_cache import PagedLayerCache, PagedMask
+
+_original = base.scaled_dot_product_attention
+
+# Families whose attention does not go through base.scaled_dot_product_attention on the K/V the
+# cache returns (mlx-lm 0.32): paging them would silently be wrong, so they are refused.
+UNSUPPORTED_MODEL_TYPES = {
+    "plamo2", "deepseek_v41", "gemma2", "olmo", "gear", "phi3small", "deepseek_v3", "kimi_k25",
+    "kimi_vl", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "kimi_k3", "kimi_linear",
+    "longcat_flash", "longcat_flash_ngram", "mistral4", "mistral3", "bailing_hybrid",
+    "bailing_moe_v3", "minimax_m3_vl", "gemma3n", "afm7", "iquestloopcoder", "baichuan_m1",
+    "mamba", "mamba2", "rwkv7", "llama4",
+}
+
+
+def paged_scaled_dot_product_attention(queries, keys, values, cache, scale: float,
+                                       mask, sinks: Optional[mx.array] = None) -> mx.array:
+    """Drop-in for mlx-lm's `scaled_dot_product_attention` that understands paged caches."""
+    if isinstance(cache, PagedLayerCache):
+        meta = cache.metadata
+        window = mask.window if isinstance(mask, PagedMask) else None
+        return paged_attention_reference(
+            queries, cache.k_pages, cache.v_pages, meta.block_tables, meta.context_lens,
+            meta.query_positions, scale=scale, window=window, sinks=sinks)
+    return _original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+
+
+def install_attention_hook() -> int:
+    """Patch every loaded mlx-lm model module (call after `load`); returns how many."""
+    patched = 0
+    for name, module in list(sys.modules.items()):
+        if name.startswith("mlx_lm.models.") and module is not None and getattr(
+                module, "scaled_dot_product_attention", None) is _original:
+            module.scaled_dot_product_attention = paged_scaled_dot_product_attention
+            patched += 1
+    return patched
+
+
+def check_model_supported(model_type: str) -> None:
+    """Raise a clear error for model families the paged path would get wrong."""
+    if model_type in UNSUPPORTED_MODEL_TYPES:
+        raise ValueError(
+            f"model type {model_type!r} does not run its attention through mlx-lm's "
+            f"scaled_dot_product_attention, so the paged KV path cannot serve it; "
+            f"use --kv-paged off")

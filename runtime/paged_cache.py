@@ -1,0 +1,101 @@
+"""Paged KV caches as mlx-lm models see them.
+
+One `PagedKVPool` holds every layer's pages `[num_blocks, block_size, num_kv_heads, head_dim]`
+(token-major, "NHD"). For each forward, the runner builds a `PagedAttentionMetadata` (block
+tables, lengths, positions, slot mapping) and hands the model one `PagedLayerCache` per layer.
+The cache writes new K/V into the pool by scatter at `slot_mapping`, returns only the new K/V,
+and the patched attention (`attention_hook.py`) reads the pages through the block tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import mlx.core as mx
+
+
+@dataclass
+class PagedAttentionMetadata:
+    """Where one forward's tokens sit in the pool. Shapes: B rows, L query tokens per row.
+
+    Attributes:
+        block_tables: `(B, max_blocks)` int32, padded with the null block 0.
+        context_lens: `(B,)` int32 tokens per row after this forward's writes.
+        offsets: `(B,)` int32 position of each row's first query token (RoPE offset).
+        slot_mapping: `(B * L,)` int32 flat slot of each query token; padding goes to slot 0.
+    """
+
+    block_tables: mx.array
+    context_lens: mx.array
+    offsets: mx.array
+    slot_mapping: mx.array
+    num_query_tokens: int
+
+    @property
+    def query_positions(self) -> mx.array:
+        return self.offsets[:, None] + mx.arange(self.num_query_tokens)[None, :]
+
+
+class PagedKVPool:
+    """Every layer's K and V pages. It holds the only references to them, so the scatter that
+    writes new tokens can reuse (donate) the buffers instead of copying the pool."""
+
+    def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
+                 head_dim: int, dtype=mx.float32):
+        shape = (num_blocks, block_size, num_kv_heads, head_dim)
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.k_pages = [mx.zeros(shape, dtype=dtype) for _ in range(num_layers)]
+        self.v_pages = [mx.zeros(shape, dtype=dtype) for _ in range(num_layers)]
+        mx.eval(self.k_pages, self.v_pages)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.k_pages + self.v_pages)
+
+    def write(self, layer: int, keys: mx.array, values: mx.array, slot_mapping: mx.array) -> None:
+        """Scatter `(B, H, L, D)` keys/values into `layer`'s pages at `slot_mapping`."""
+        for pages, new in ((self.k_pages, keys), (self.v_pages, values)):
+            num_blocks, block_size, heads, dim = pages[layer].shape
+            flat = pages[layer].reshape(num_blocks * block_size, heads, dim)
+            pages[layer] = None  # drop our reference before the scatter: it may reuse the buffer
+            flat[slot_mapping] = new.transpose(0, 2, 1, 3).reshape(-1, heads, dim).astype(flat.dtype)
+            pages[layer] = flat.reshape(num_blocks, block_size, heads, dim)
+
+
+@dataclass
+class PagedMask:
+    """What `make_mask` hands the model; the attention hook turns it into a real mask."""
+
+    window: Optional[int] = None
+
+
+class PagedLayerCache:
+    """The per-layer cache object an mlx-lm model receives. It has no `bits` attribute (that
+    would route mlx-lm to quantized attention) and no `__len__`, so it is always truthy."""
+
+    def __init__(self, pool: PagedKVPool, layer: int, metadata: PagedAttentionMetadata):
+        self.pool = pool
+        self.layer = layer
+        self.metadata = metadata
+
+    @property
+    def offset(self) -> mx.array:
+        return self.metadata.offsets
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array):
+        self.pool.write(self.layer, keys, values, self.metadata.slot_mapping)
+        return keys, values
+
+    def make_mask(self, N: int, return_array: bool = False, window_size: Optional[int] = None):
+        if return_array:
+            raise NotImplementedError("paged caches build their masks inside attention")
+        return PagedMask(window_size)
+
+    @property
+    def k_pages(self) -> mx.array:
+        return self.pool.k_pages[self.layer]
+
+    @property
+    def v_pages(self) -> mx.array:
+        return self.pool.v_pages[self.layer]
