@@ -11,11 +11,12 @@ class EngineConfig:
     """Knobs of the engine; names follow mlx_lm.server's flags where one exists.
 
     Attributes:
-        kv_paged: the paged KV path (not available yet) instead of the contiguous one.
+        kv_paged: the paged KV path instead of the contiguous (mlx-lm-exact) one.
         max_num_seqs: most requests decoding at once (`--decode-concurrency`).
         max_num_prefill_seqs: most requests prefilling at once (`--prompt-concurrency`).
         prefill_step_size: prompt tokens per request per step (`--prefill-step-size`).
         max_model_len: longest prompt + output; None takes the model's own context length.
+        block_size, kv_budget_bytes, num_blocks, enable_prefix_caching: the paged KV pool.
     """
 
     kv_paged: bool = False
@@ -25,6 +26,7 @@ class EngineConfig:
     max_model_len: Optional[int] = None
     block_size: int = 16
     kv_budget_bytes: Optional[int] = None
+    num_blocks: Optional[int] = None
     enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:

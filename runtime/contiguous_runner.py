@@ -99,7 +99,7 @@ class ContiguousRunner(ModelRunner):
         rows = [self.prompt_rows[i] for i in moved]
         self.prompt_rows = [self.prompt_rows[i] for i in keep]
 
-        inputs = mx.array([r.prompt_token_ids[-1] for r in rows])
+        inputs = mx.array([r.all_token_ids[-1] for r in rows])
         logits = self.model(inputs[:, None], cache=cache)[:, -1, :]
         tokens, logprobs, contexts = sample(logits, inputs, [r.runtime["sampling"] for r in rows])
         mx.async_eval(tokens, logprobs, contexts)
@@ -115,7 +115,7 @@ class ContiguousRunner(ModelRunner):
     def _prefill(self, prefill: list[tuple[Request, int]]) -> None:
         if [r.request_id for r, _ in prefill] != [r.request_id for r in self.prompt_rows]:
             raise RuntimeError("prefill rows differ from the runner's prompt batch order")
-        chunks = [r.prompt_token_ids[r.num_computed_tokens - n : r.num_computed_tokens]
+        chunks = [r.all_token_ids[r.num_computed_tokens - n : r.num_computed_tokens]
                   for r, n in prefill]
         lengths = [len(c) for c in chunks]
         max_length = max(lengths)

@@ -15,11 +15,13 @@ from typing import Optional
 import mlx.core as mx
 from mlx_lm.generate import generation_stream
 
-from .config import PAGED_NOT_AVAILABLE, EngineConfig
+from .config import EngineConfig
 from .contiguous_runner import ContiguousRunner
+from .kv_cache_manager import cdiv
 from .errors import InvalidRequestError
 from .metrics import EngineMetrics
 from .output_processor import OutputProcessor
+from .paged_setup import build_paged_path
 from .outputs import RequestOutput
 from .request import Request, RequestStatus
 from .sampler import make_row_sampling
@@ -79,17 +81,22 @@ class Engine:
     """
 
     def __init__(self, model, tokenizer, config: EngineConfig, model_config: Optional[dict] = None):
-        if config.kv_paged:
-            raise NotImplementedError(PAGED_NOT_AVAILABLE)
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
         self.max_model_len = config.max_model_len or context_length(model_config or {}) or 131072
         self.vocab_size = len(tokenizer)
+        self.kv = None
+        if config.kv_paged:
+            self.runner, self.kv = build_paged_path(
+                model, (model_config or {}).get("model_type", ""), block_size=config.block_size,
+                kv_budget_bytes=config.kv_budget_bytes, num_blocks=config.num_blocks,
+                enable_prefix_caching=config.enable_prefix_caching)
+        else:
+            self.runner = ContiguousRunner(model, prefill_step_size=config.prefill_step_size)
         self.scheduler = Scheduler(max_num_seqs=config.max_num_seqs,
                                    max_num_prefill_seqs=config.max_num_prefill_seqs,
-                                   prefill_step_size=config.prefill_step_size)
-        self.runner = ContiguousRunner(model, prefill_step_size=config.prefill_step_size)
+                                   prefill_step_size=config.prefill_step_size, kv=self.kv)
         self.outputs = OutputProcessor(tokenizer)
         self.metrics = EngineMetrics()
         self._xtc_special = tuple(tokenizer.encode("\n")) + tuple(sorted(tokenizer.eos_token_ids))
@@ -122,6 +129,14 @@ class Engine:
                 f"the prompt has {n} tokens; this model's context is {self.max_model_len} tokens "
                 f"and needs room for at least one generated token: shorten the prompt",
                 param="messages", code="context_length_exceeded")
+        if self.kv is not None:
+            usable = self.kv.block_pool.num_usable_blocks - 1  # admission keeps one spare
+            needed = cdiv(n + min(params.max_tokens, room), self.kv.block_size)
+            if needed > usable:
+                raise InvalidRequestError(
+                    f"prompt ({n} tokens) plus max_tokens needs {needed} KV blocks; the whole "
+                    f"pool has {usable}: shorten the request or raise --kv-budget",
+                    param="max_tokens", code="kv_cache_too_small")
         if params.max_tokens > room:
             if max_tokens_explicit:
                 raise InvalidRequestError(
@@ -220,7 +235,10 @@ class Engine:
                 self._fail(req, f"engine step failed: {exc}")
 
     def _step(self) -> None:
-        rows = self.scheduler.schedule_decode()
+        rows, preempted = self.scheduler.schedule_decode()
+        if preempted:
+            self.runner.remove(preempted)
+            self.metrics.preemptions_total += len(preempted)
         if rows:
             tic = time.perf_counter()
             finished = []
@@ -245,11 +263,14 @@ class Engine:
 
     def _admit(self, req: Request) -> None:
         params = req.sampling_params
-        if params.seed is not None:
+        resumed = "sampling" in req.runtime  # back after a preemption: its output state stays
+        if params.seed is not None and not resumed:
             mx.random.seed(params.seed)  # safe: a seeded request runs alone
-        req.runtime["sampling"] = make_row_sampling(params, req.prompt_token_ids[:-1],
+        req.runtime["sampling"] = make_row_sampling(params, req.all_token_ids[:-1],
                                                     self._xtc_special)
-        self.outputs.add(req)
+        if not resumed:
+            self.outputs.add(req)
+            self.metrics.prefix_cache_hit_tokens_total += req.num_cached_tokens
 
     def _finish(self, reqs: list[Request], status: Optional[RequestStatus] = None) -> None:
         """Retire requests and free their rows in one batch filter; `status` None means by

@@ -135,11 +135,24 @@ class KVCacheManager:
         blocks = self.req_to_blocks.pop(request.request_id, [])
         self.block_pool.free_blocks(list(reversed(blocks)))
         self.num_cached_block.pop(request.request_id, None)
-
-    def forget(self, request: PagedRequest) -> None:
-        """Drop the request's hash list too (it finished; a preempted one keeps it)."""
-        self.free(request)
         self.req_to_block_hashes.pop(request.request_id, None)
+
+    # ---- the scheduler's KVSpace protocol ------------------------------------------------------
+
+    def admit(self, request) -> bool:
+        """Allocate a waiting request's prefill, reusing cached prefix blocks; keeps one block
+        spare so running requests are not starved by admissions."""
+        hits, num_hit = self.get_computed_blocks(request)
+        num_new = request.num_prefill_tokens - num_hit
+        if not self.can_allocate(request, num_new, hits, num_reserved_blocks=1):
+            return False
+        self.allocate_slots(request, num_new, hits)
+        request.num_computed_tokens = num_hit
+        request.num_cached_tokens = num_hit
+        return True
+
+    def allocate_decode(self, request) -> bool:
+        return self.allocate_slots(request, 1) is not None
 
     def get_block_ids(self, request: PagedRequest) -> list[int]:
         return [b.block_id for b in self.req_to_blocks.get(request.request_id, [])]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
-from .config import PAGED_NOT_AVAILABLE, EngineConfig
+from .config import EngineConfig
 from .engine import Engine
 from .models.loader import load_model
 from .outputs import TokenLogprob
@@ -31,7 +31,10 @@ class LLM:
 
     Args:
         model: an mlx-lm folder or hub name; None is the embedded SmolLM2-135M-Instruct.
-        kv_paged: use the paged KV path (not available yet; False is the contiguous path).
+        kv_paged: the paged KV path (False: the contiguous path, token-exact with mlx-lm's
+            BatchGenerator).
+        block_size, num_blocks, kv_budget_bytes, enable_prefix_caching: the paged KV pool
+            (`num_blocks` wins over `kv_budget_bytes`; neither: 10% of device memory).
         max_num_seqs: most sequences decoding at once.
         max_num_prefill_seqs: most sequences prefilling at once.
         prefill_step_size: prompt tokens per sequence per step.
@@ -40,12 +43,14 @@ class LLM:
 
     def __init__(self, model: Optional[str] = None, *, kv_paged: bool = False,
                  max_num_seqs: int = 32, max_num_prefill_seqs: int = 8,
-                 prefill_step_size: int = 2048, chat_template: Optional[str] = None):
-        if kv_paged:
-            raise NotImplementedError(PAGED_NOT_AVAILABLE)
+                 prefill_step_size: int = 2048, chat_template: Optional[str] = None,
+                 block_size: int = 16, num_blocks: Optional[int] = None,
+                 kv_budget_bytes: Optional[int] = None, enable_prefix_caching: bool = True):
         config = EngineConfig(kv_paged=kv_paged, max_num_seqs=max_num_seqs,
                               max_num_prefill_seqs=max_num_prefill_seqs,
-                              prefill_step_size=prefill_step_size)
+                              prefill_step_size=prefill_step_size, block_size=block_size,
+                              num_blocks=num_blocks, kv_budget_bytes=kv_budget_bytes,
+                              enable_prefix_caching=enable_prefix_caching)
         self.model, self.tokenizer, self.model_id, model_config = load_model(model, chat_template)
         self.engine = Engine(self.model, self.tokenizer, config, model_config)
 

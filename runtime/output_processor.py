@@ -47,7 +47,8 @@ class OutputProcessor:
         """
         state = self._state[request.request_id]
         params = request.sampling_params
-        out = RequestOutput(request.request_id, num_prompt_tokens=request.num_prompt_tokens)
+        out = RequestOutput(request.request_id, num_prompt_tokens=request.num_prompt_tokens,
+                            num_cached_tokens=request.num_cached_tokens)
         request.runtime["num_sampled"] = num_sampled = request.runtime.get("num_sampled", 0) + 1
         finish: Optional[str] = "length" if num_sampled >= params.max_tokens else None
         if token in state.stop_token_ids:

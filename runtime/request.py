@@ -43,6 +43,8 @@ class Request:
     num_computed_tokens: int = 0
     output_token_ids: list[int] = field(default_factory=list)
     finish_reason: Optional[str] = None
+    num_preemptions: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     # Per-request objects built once at admission (sampler, logits processors, detokenizer state).
     runtime: dict[str, Any] = field(default_factory=dict)
 
@@ -53,6 +55,16 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        """Tokens to prefill: the prompt, plus the output so far after a preemption."""
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        """Prompt plus output: what a preempted request prefills again when it resumes."""
+        return self.prompt_token_ids + self.output_token_ids
 
     @property
     def is_finished(self) -> bool:

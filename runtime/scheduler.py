@@ -12,15 +12,34 @@ token):
   4. every other prefilling request gets a chunk of at most `prefill_step_size` prompt tokens.
 A request that is not batchable (a fixed seed) waits at the head of the queue until nothing else
 runs, then runs alone; nothing joins it until it finishes.
+
+With a paged KV path (`kv`), admission also needs the request's prompt blocks (prefix-cache hits
+count as computed), and every decode row needs a slot for its next token: when the pool runs
+dry, the most recently admitted running request is preempted (its blocks are freed and it goes
+back to the front of the queue, to be recomputed later from its prompt and output so far).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 from .request import Request, RequestStatus
+
+
+class KVSpace(Protocol):
+    """What the scheduler asks of a paged KV path."""
+
+    def admit(self, request: Request) -> bool:
+        """Find prefix-cache hits, allocate the prefill's blocks and set the request's
+        `num_computed_tokens` to the hit; False (and nothing changed) if it does not fit."""
+
+    def allocate_decode(self, request: Request) -> bool:
+        """Room for one more token at position `num_computed_tokens`; False if the pool is dry."""
+
+    def free(self, request: Request) -> None:
+        """Release the request's blocks (finished, aborted or preempted)."""
 
 
 @dataclass(slots=True)
@@ -48,7 +67,8 @@ class Scheduler:
 
     def __init__(self, *, max_num_seqs: int = 32, max_num_prefill_seqs: int = 8,
                  prefill_step_size: int = 2048,
-                 can_admit: Optional[Callable[[Request], bool]] = None):
+                 can_admit: Optional[Callable[[Request], bool]] = None,
+                 kv: Optional[KVSpace] = None):
         if min(max_num_seqs, max_num_prefill_seqs, prefill_step_size) < 1:
             raise ValueError("max_num_seqs, max_num_prefill_seqs and prefill_step_size must be >= 1")
         # BatchGenerator never lets the decode batch be smaller than the prefill batch.
@@ -56,6 +76,7 @@ class Scheduler:
         self.max_num_prefill_seqs = max_num_prefill_seqs
         self.prefill_step_size = prefill_step_size
         self.can_admit = can_admit or (lambda _req: True)
+        self.kv = kv
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.running: list[Request] = []
@@ -87,7 +108,7 @@ class Scheduler:
                 if self.prefilling or self.running or joining:
                     break
                 room = 1
-            if not self.can_admit(head):
+            if not self.can_admit(head) or (self.kv is not None and not self.kv.admit(head)):
                 break
             self.waiting.popleft()
             head.status = RequestStatus.PREFILLING
@@ -98,9 +119,35 @@ class Scheduler:
         self.prefilling.extend(joining)
         return joining
 
-    def schedule_decode(self) -> list[Request]:
-        """The rows that decode one token this step, in batch order."""
-        return list(self.running)
+    def schedule_decode(self) -> tuple[list[Request], list[Request]]:
+        """The rows that decode one token this step, in batch order, and the requests preempted
+        to make room for them (paged KV only)."""
+        if self.kv is None:
+            return list(self.running), []
+        preempted: list[Request] = []
+        rows: list[Request] = []
+        for req in list(self.running):
+            if req in preempted:
+                continue
+            while not self.kv.allocate_decode(req):
+                victim = self.running[-1]
+                self.preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                req.num_computed_tokens += 1
+                rows.append(req)
+        return rows, preempted
+
+    def preempt(self, request: Request) -> None:
+        """Free the request's blocks and put it back at the front of the queue (recompute)."""
+        self.running.remove(request)
+        self.kv.free(request)
+        request.num_computed_tokens = 0
+        request.status = RequestStatus.WAITING
+        request.num_preemptions += 1
+        self.waiting.appendleft(request)
 
     def schedule_prompts(self) -> PromptSchedule:
         """Plan the step's prompt work and advance each prefilling `num_computed_tokens`."""
@@ -111,7 +158,7 @@ class Scheduler:
 
         still_prefilling = []
         for req in self.prefilling:
-            if req.num_prompt_tokens - req.num_computed_tokens == 1:
+            if req.num_prefill_tokens - req.num_computed_tokens == 1:
                 req.num_computed_tokens += 1
                 req.status = RequestStatus.RUNNING
                 out.starting.append(req)
@@ -122,7 +169,7 @@ class Scheduler:
 
         for req in self.prefilling:
             # The last prompt token is kept back: it runs in its own "start" forward.
-            n = min(req.num_prompt_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
+            n = min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
             req.num_computed_tokens += n
             out.prefill.append((req, n))
         return out
@@ -130,6 +177,8 @@ class Scheduler:
     def finish(self, request: Request, status: RequestStatus) -> None:
         """Retire a request (finished, aborted or failed) from whichever queue holds it."""
         request.status = status
+        if self.kv is not None:
+            self.kv.free(request)
         if request in self.running:
             self.running.remove(request)
         elif request in self.prefilling:

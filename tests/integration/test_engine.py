@@ -134,8 +134,3 @@ def test_context_limits(llm):
         engine.check_request([], SamplingParams())
     with pytest.raises(InvalidRequestError):
         engine.check_request([10**6], SamplingParams())
-
-
-def test_paged_path_is_refused_with_a_clear_error(tiny_model_dir):
-    with pytest.raises(NotImplementedError, match="--kv-paged off"):
-        LLM(str(tiny_model_dir("llama")), kv_paged=True)

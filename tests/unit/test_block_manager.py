@@ -112,7 +112,7 @@ def test_eviction_is_lazy_and_lru():
     a = Req("a", [1, 2, 3, 4, 5])
     m.allocate_slots(a, 5)
     m.cache_blocks(a, 5)
-    m.forget(a)
+    m.free(a)
     assert len(pool.cached_block_hash_to_block) == 2  # still cached while free
     assert free_ids(pool) == [3, 2, 1]
     b = Req("b", [9, 9, 9])  # needs 2 blocks: takes 3 (uncached) then 2 (evicts [3, 4])
@@ -176,7 +176,7 @@ def test_random_interleavings_never_leak_or_double_free(ops, block_size, caching
                 r.num_computed_tokens += 1
                 m.cache_blocks(r, r.num_computed_tokens)
         elif op == "free" and slot in live:
-            m.forget(live.pop(slot))
+            m.free(live.pop(slot))
         # Invariants: ref counts equal table membership; free queue holds exactly ref 0 blocks.
         held: dict[int, int] = {}
         for r in live.values():
@@ -189,6 +189,6 @@ def test_random_interleavings_never_leak_or_double_free(ops, block_size, caching
         assert set(free) == {b.block_id for b in pool.blocks[1:] if b.ref_cnt == 0}
         assert 0 not in free
     for r in live.values():
-        m.forget(r)
+        m.free(r)
     assert pool.num_free_blocks == pool.num_usable_blocks
     assert all(b.ref_cnt == 0 for b in pool.blocks)

@@ -23,7 +23,7 @@ def test_prompt_goes_prefill_then_start_then_decode():
     s = Scheduler(max_num_seqs=4, max_num_prefill_seqs=2, prefill_step_size=3)
     a = req("a", 8)
     s.add_request(a)
-    assert s.schedule_decode() == []
+    assert s.schedule_decode() == ([], [])
     # 8 tokens: 7 are prefilled in chunks of 3, the last one starts generation on its own.
     assert plan_view(s.schedule_prompts()) == (["a"], [], [("a", 3)])
     assert plan_view(s.schedule_prompts()) == ([], [], [("a", 3)])
@@ -31,7 +31,7 @@ def test_prompt_goes_prefill_then_start_then_decode():
     assert a.num_computed_tokens == 7 and a.status == RequestStatus.PREFILLING
     assert plan_view(s.schedule_prompts()) == ([], ["a"], [])
     assert a.status == RequestStatus.RUNNING and a.num_computed_tokens == 8
-    assert ids(s.schedule_decode()) == ["a"]
+    assert ids(s.schedule_decode()[0]) == ["a"]
 
 
 def test_one_token_prompt_starts_in_its_admission_step():
@@ -57,7 +57,7 @@ def test_admission_is_fcfs_and_capped_by_prefill_and_decode_slots():
     assert plan_view(s.schedule_prompts()) == ([], [], [])
     assert ids(s.waiting) == ["e"]
     s.finish(s.running[1], RequestStatus.FINISHED_LENGTH)
-    assert ids(s.schedule_decode()) == ["a", "c"]
+    assert ids(s.schedule_decode()[0]) == ["a", "c"]
     assert plan_view(s.schedule_prompts()) == (["e"], ["d"], [("e", 4)])
     assert ids(s.running) == ["a", "c", "d"]
 

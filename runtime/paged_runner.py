@@ -1,0 +1,121 @@
+"""The paged KV path: every row's K/V lives in blocks of one shared pool, addressed through its
+block table, so joining and leaving a batch copy nothing and rows carry no padding in the cache.
+
+Decode is pipelined as in the contiguous runner: a decode forward feeds the tokens sampled by
+the previous one and returns them, while its own samples are computed asynchronously.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from .kv_cache_manager import KVCacheManager
+from .model_runner import ModelRunner, RowOutput
+from .paged_cache import PagedAttentionMetadata, PagedKVPool, PagedLayerCache
+from .request import Request
+from .sampler import sample
+from .scheduler import PromptSchedule
+
+
+class PagedRunner(ModelRunner):
+    """Runs the model with one `PagedLayerCache` per layer over a shared `PagedKVPool`."""
+
+    def __init__(self, model, pool: PagedKVPool, kv: KVCacheManager):
+        self.model = model
+        self.pool = pool
+        self.kv = kv
+        self.num_layers = len(pool.k_pages)
+        self.reset()
+
+    def reset(self) -> None:
+        self.prompt_rows: list[Request] = []
+        self.decode_rows: list[Request] = []
+        self.next_tokens = None
+        self.next_logprobs: list[mx.array] = []
+
+    @property
+    def kv_bytes_in_use(self) -> int:
+        pool = self.kv.block_pool
+        return (pool.num_usable_blocks - pool.num_free_blocks) * self.pool.nbytes // pool.num_blocks
+
+    def _metadata(self, rows: list[Request], starts: list[int], counts: list[int]
+                  ) -> PagedAttentionMetadata:
+        """Rows writing `counts[b]` tokens from position `starts[b]`, padded to the longest."""
+        bs = self.pool.block_size
+        tables = [self.kv.get_block_ids(r) for r in rows]
+        width = max(counts)
+        max_blocks = max(len(t) for t in tables)
+        slots = []
+        for table, start, n in zip(tables, starts, counts):
+            slots += [table[p // bs] * bs + p % bs for p in range(start, start + n)]
+            slots += [0] * (width - n)  # padding writes land in the null block
+        return PagedAttentionMetadata(
+            block_tables=mx.array([t + [0] * (max_blocks - len(t)) for t in tables],
+                                  dtype=mx.int32),
+            context_lens=mx.array([s + n for s, n in zip(starts, counts)], dtype=mx.int32),
+            offsets=mx.array(starts, dtype=mx.int32),
+            slot_mapping=mx.array(slots, dtype=mx.int32),
+            num_query_tokens=width)
+
+    def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:
+        caches = [PagedLayerCache(self.pool, i, meta) for i in range(self.num_layers)]
+        return self.model(tokens, cache=caches)
+
+    def decode(self, rows: list[Request]) -> list[RowOutput]:
+        if [r.request_id for r in rows] != [r.request_id for r in self.decode_rows]:
+            raise RuntimeError("decode rows differ from the runner's batch order")
+        inputs, current_logprobs = self.next_tokens, self.next_logprobs
+        # The scheduler already counted the fed token: it sits at num_computed_tokens - 1.
+        meta = self._metadata(rows, [r.num_computed_tokens - 1 for r in rows], [1] * len(rows))
+        logits = self._forward(inputs[:, None], meta)[:, -1, :]
+        tokens, logprobs, contexts = sample(logits, inputs, [r.runtime["sampling"] for r in rows])
+        self.next_tokens, self.next_logprobs = tokens, list(logprobs)
+        mx.async_eval(self.next_tokens, self.next_logprobs, contexts, self.pool.k_pages,
+                      self.pool.v_pages)
+        mx.eval(inputs, current_logprobs)
+        return [RowOutput(r, t, lp) for r, t, lp in zip(rows, inputs.tolist(), current_logprobs)]
+
+    def run_prompts(self, plan: PromptSchedule) -> None:
+        self.prompt_rows.extend(plan.joining)
+        if plan.starting:
+            self._start(plan.starting)
+        if plan.prefill:
+            self._prefill(plan.prefill)
+
+    def _start(self, rows: list[Request]) -> None:
+        moved = {id(r) for r in rows}
+        self.prompt_rows = [r for r in self.prompt_rows if id(r) not in moved]
+        inputs = mx.array([r.all_token_ids[-1] for r in rows])
+        meta = self._metadata(rows, [r.num_computed_tokens - 1 for r in rows], [1] * len(rows))
+        logits = self._forward(inputs[:, None], meta)[:, -1, :]
+        tokens, logprobs, contexts = sample(logits, inputs, [r.runtime["sampling"] for r in rows])
+        mx.async_eval(tokens, logprobs, contexts)
+        if self.next_tokens is None or not self.decode_rows:
+            self.next_tokens = tokens
+        else:
+            self.next_tokens = mx.concatenate([self.next_tokens, tokens])
+        self.next_logprobs.extend(list(logprobs))
+        self.decode_rows.extend(rows)
+        for r in rows:
+            self.kv.cache_blocks(r, r.num_computed_tokens)
+
+    def _prefill(self, prefill: list[tuple[Request, int]]) -> None:
+        rows = [r for r, _ in prefill]
+        counts = [n for _, n in prefill]
+        starts = [r.num_computed_tokens - n for r, n in prefill]
+        width = max(counts)
+        tokens = mx.array([r.all_token_ids[s:s + n] + [0] * (width - n)
+                           for r, s, n in zip(rows, starts, counts)])
+        self._forward(tokens, self._metadata(rows, starts, counts))
+        mx.eval(self.pool.k_pages, self.pool.v_pages)
+        for r in rows:
+            self.kv.cache_blocks(r, r.num_computed_tokens)
+
+    def remove(self, requests: list[Request]) -> None:
+        gone = {id(r) for r in requests}
+        keep = [i for i, r in enumerate(self.decode_rows) if id(r) not in gone]
+        if len(keep) < len(self.decode_rows):
+            self.decode_rows = [self.decode_rows[i] for i in keep]
+            self.next_tokens = self.next_tokens[mx.array(keep)] if keep else None
+            self.next_logprobs = [self.next_logprobs[i] for i in keep]
+        self.prompt_rows = [r for r in self.prompt_rows if id(r) not in gone]
