@@ -25,6 +25,8 @@ class BlockPool:
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         self.cached_block_hash_to_block: dict[BlockHash, KVCacheBlock] = {}
+        # Free blocks that still carry a hash, kept current so metrics never walk the queue.
+        self.num_cached_free_blocks = 0
 
     @property
     def num_free_blocks(self) -> int:
@@ -33,11 +35,6 @@ class BlockPool:
     @property
     def num_usable_blocks(self) -> int:
         return self.num_blocks - 1
-
-    @property
-    def num_cached_free_blocks(self) -> int:
-        """Free blocks that still carry a hash (evictable prefix-cache entries)."""
-        return sum(1 for b in self.free_block_queue.get_all_free_blocks() if b.block_hash)
 
     def get_cached_block(self, block_hash: BlockHash) -> Optional[KVCacheBlock]:
         if not self.enable_caching:
@@ -57,7 +54,9 @@ class BlockPool:
         return out
 
     def _evict(self, block: KVCacheBlock) -> None:
+        """Forget a free block's hash (it is being reused or the cache is reset)."""
         if block.block_hash is not None:
+            self.num_cached_free_blocks -= 1
             if self.cached_block_hash_to_block.get(block.block_hash) is block:
                 del self.cached_block_hash_to_block[block.block_hash]
             block.block_hash = None
@@ -67,6 +66,7 @@ class BlockPool:
         for block in blocks:
             if block.ref_cnt == 0 and not block.is_null:
                 self.free_block_queue.remove(block)
+                self.num_cached_free_blocks -= block.block_hash is not None
             block.ref_cnt += 1
 
     def free_blocks(self, ordered_blocks: Sequence[KVCacheBlock]) -> None:
@@ -80,6 +80,7 @@ class BlockPool:
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
                 self.free_block_queue.append(block)
+                self.num_cached_free_blocks += block.block_hash is not None
 
     def cache_full_block(self, block: KVCacheBlock, block_hash: BlockHash) -> None:
         """Register a block that just became full under its content hash."""

@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Optional
 
-from .config import PAGED_NOT_AVAILABLE, EngineConfig
+from .config import EngineConfig
 
 logger = logging.getLogger("mlx_paged")
 
@@ -69,12 +69,15 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
     p.add_argument("--kv-paged", type=_on_off, nargs="?", const=True, default=False,
                    metavar="{on,off}",
-                   help="paged KV (not implemented yet) or the contiguous mlx-lm-exact path "
-                        "(default off); bare --kv-paged means on")
+                   help="paged KV, or the contiguous path that is token-exact with mlx-lm's "
+                        "BatchGenerator (default off); bare --kv-paged means on")
     p.add_argument("--block-size", type=int, choices=[8, 16, 32], default=16,
                    help="KV block size in tokens for the paged path (default 16)")
     p.add_argument("--kv-budget", type=parse_size, default=None,
-                   help="KV pool size for the paged path, e.g. 4GB")
+                   help="KV pool size for the paged path, e.g. 4GB (default: 10%% of device "
+                        "memory)")
+    p.add_argument("--num-blocks", type=_positive, default=None,
+                   help="KV pool size in blocks (wins over --kv-budget)")
     p.add_argument("--no-prefix-caching", action="store_true",
                    help="turn off automatic prefix caching (paged path)")
     p.add_argument("--api-key", default=None,
@@ -92,20 +95,22 @@ def serve(args: argparse.Namespace) -> int:
     from .models.loader import load_model
     from .server.http import ServerState, make_server, wait_for_idle
 
-    if args.kv_paged:
-        logger.error("%s", PAGED_NOT_AVAILABLE)
-        return 2
-    config = EngineConfig(kv_paged=False, max_num_seqs=args.decode_concurrency,
+    config = EngineConfig(kv_paged=args.kv_paged, max_num_seqs=args.decode_concurrency,
                           max_num_prefill_seqs=args.prompt_concurrency,
                           prefill_step_size=args.prefill_step_size,
                           block_size=args.block_size, kv_budget_bytes=args.kv_budget,
+                          num_blocks=args.num_blocks,
                           enable_prefix_caching=not args.no_prefix_caching)
     try:
         model, tokenizer, model_id, model_config = load_model(args.model, args.chat_template)
     except (RuntimeError, ValueError, OSError) as exc:
         logger.error("could not load the model: %s", exc)
         return 1
-    engine = Engine(model, tokenizer, config, model_config)
+    try:
+        engine = Engine(model, tokenizer, config, model_config)
+    except ValueError as exc:  # a model the paged path cannot serve, or a pool too small
+        logger.error("%s", exc)
+        return 2
     defaults = {"max_tokens": args.max_tokens, "temperature": args.temp, "top_p": args.top_p,
                 "top_k": args.top_k, "min_p": args.min_p}
     aliases = {model_id, "default_model"} | ({args.model} if args.model else set())
@@ -130,7 +135,8 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     host, port = server.server_address[:2]
-    logger.info("serving %s on http://%s:%d (kv path: contiguous)", model_id, host, port)
+    logger.info("serving %s on http://%s:%d (kv path: %s)", model_id, host, port,
+                "paged" if config.kv_paged else "contiguous")
     print(f"mlx-paged: serving {model_id} on http://{host}:{port}", flush=True)
     # HTTP runs on its own thread; the main thread only waits, so signals are handled at once.
     http_thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},

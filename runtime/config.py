@@ -35,9 +35,3 @@ class EngineConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")
-
-
-PAGED_NOT_AVAILABLE = (
-    "the paged KV path (--kv-paged on) is not implemented yet; run with --kv-paged off "
-    "(the contiguous, mlx-lm-exact path)"
-)

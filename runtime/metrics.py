@@ -53,6 +53,16 @@ def render_prometheus(engine) -> str:
            "Prompt tokens served from the prefix cache.", m.prefix_cache_hit_tokens_total)
     metric("mlx_paged_kv_cache_bytes", "gauge", "KV cache bytes held by running requests.",
            engine.runner.kv_bytes_in_use)
+    if engine.kv is not None:
+        pool = engine.kv.block_pool
+        cached = pool.num_cached_free_blocks
+        metric("mlx_paged_kv_blocks_total", "gauge", "Usable KV blocks in the pool.",
+               pool.num_usable_blocks)
+        metric("mlx_paged_kv_blocks_free", "gauge",
+               "Free KV blocks that hold no cached prefix.", pool.num_free_blocks - cached)
+        metric("mlx_paged_kv_blocks_cached", "gauge",
+               "Free KV blocks that still hold a cached prefix (evictable).", cached)
+        metric("mlx_paged_kv_block_size", "gauge", "Tokens per KV block.", engine.kv.block_size)
     metric("mlx_paged_decode_seconds_total", "counter", "Time in decode steps.",
            round(m.decode_seconds_total, 6))
     metric("mlx_paged_prefill_seconds_total", "counter", "Time in prompt steps.",

@@ -198,7 +198,7 @@ class APIHandler(BaseHTTPRequestHandler):
         if not state.engine.is_alive:
             raise InvalidRequestError("the engine is not running", status=503)
         stream = state.engine.add_request(req.prompt_token_ids, req.params)
-        builder = ResponseBuilder(req.kind, state.model_id)
+        builder = ResponseBuilder(req.kind, state.model_id, req.tokens_as_ids)
         tokenizer = state.engine.tokenizer
         tools = None
         if req.tools and tokenizer.has_tool_calling:

@@ -7,7 +7,7 @@ OpenAI's error shape.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import InvalidRequestError
@@ -35,7 +35,7 @@ class ParsedRequest:
     tools: Optional[list] = None
     logprobs: bool = False
     top_logprobs: int = 0
-    extra: dict = field(default_factory=dict)
+    tokens_as_ids: bool = False  # vLLM's return_tokens_as_token_ids: "token_id:<id>" strings
 
 
 def _err(message: str, param: Optional[str] = None, status: int = 400, code: Optional[str] = None):
@@ -234,7 +234,8 @@ def parse_chat(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
         raise _err(f"messages could not be rendered with the chat template: {exc}",
                    "messages") from None
     return ParsedRequest("chat", body.get("model"), list(ids), params, explicit, stream,
-                         include_usage, tools or None, params.logprobs, params.top_logprobs)
+                         include_usage, tools or None, params.logprobs, params.top_logprobs,
+                         _tokens_as_ids(body))
 
 
 def parse_completion(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
@@ -258,7 +259,12 @@ def parse_completion(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
     params, explicit = _sampling_params(body, defaults, chat=False)
     stream, include_usage = _stream_flags(body)
     return ParsedRequest("completion", body.get("model"), ids, params, explicit, stream,
-                         include_usage, None, params.logprobs, params.top_logprobs)
+                         include_usage, None, params.logprobs, params.top_logprobs,
+                         _tokens_as_ids(body))
+
+
+def _tokens_as_ids(body: dict) -> bool:
+    return _typed(body, "return_tokens_as_token_ids", bool, False, label="a boolean")
 
 
 def _stream_flags(body: dict) -> tuple[bool, bool]:

@@ -26,24 +26,32 @@ def _finite(x: float) -> float:
     return x if x > -9999.0 else -9999.0
 
 
-def chat_logprobs(entries: list[TokenLogprob]) -> dict:
-    def item(token: str, logprob: float) -> dict:
-        return {"token": token, "logprob": _finite(logprob), "bytes": list(token.encode())}
+def _name(token_id: int, text: str, as_ids: bool) -> str:
+    return f"token_id:{token_id}" if as_ids else text
+
+
+def chat_logprobs(entries: list[TokenLogprob], as_ids: bool = False) -> dict:
+    def item(token_id: int, token: str, logprob: float) -> dict:
+        name = _name(token_id, token, as_ids)
+        return {"token": name, "logprob": _finite(logprob), "bytes": list(name.encode())}
 
     return {"content": [
-        {**item(e.token, e.logprob), "top_logprobs": [item(t, lp) for _, t, lp in e.top_logprobs]}
+        {**item(e.token_id, e.token, e.logprob),
+         "top_logprobs": [item(i, t, lp) for i, t, lp in e.top_logprobs]}
         for e in entries]}
 
 
-def completion_logprobs(entries: list[TokenLogprob], text_offset: int) -> dict:
+def completion_logprobs(entries: list[TokenLogprob], text_offset: int,
+                        as_ids: bool = False) -> dict:
     offsets, pos = [], text_offset
     for e in entries:
         offsets.append(pos)
         pos += len(e.token)
     return {
-        "tokens": [e.token for e in entries],
+        "tokens": [_name(e.token_id, e.token, as_ids) for e in entries],
         "token_logprobs": [_finite(e.logprob) for e in entries],
-        "top_logprobs": [{t: _finite(lp) for _, t, lp in e.top_logprobs} for e in entries],
+        "top_logprobs": [{_name(i, t, as_ids): _finite(lp) for i, t, lp in e.top_logprobs}
+                         for e in entries],
         "text_offset": offsets,
     }
 
@@ -57,8 +65,9 @@ def usage(num_prompt: int, num_completion: int, num_cached: int = 0) -> dict:
 class ResponseBuilder:
     """Shapes one request's output as chat or text completion objects."""
 
-    def __init__(self, kind: str, model: str):
+    def __init__(self, kind: str, model: str, tokens_as_ids: bool = False):
         self.kind = kind
+        self.tokens_as_ids = tokens_as_ids
         self.model = model
         self.id = new_id(kind)
         self.created = int(time.time())
@@ -75,9 +84,8 @@ class ResponseBuilder:
         if not wanted:
             return None
         if self.kind == "chat":
-            return chat_logprobs(entries)
-        out = completion_logprobs(entries, self.text_offset)
-        return out
+            return chat_logprobs(entries, self.tokens_as_ids)
+        return completion_logprobs(entries, self.text_offset, self.tokens_as_ids)
 
     def chunk(self, *, text: str = "", role: bool = False, tool_calls: Optional[list] = None,
               logprobs: Optional[list[TokenLogprob]] = None, want_logprobs: bool = False,

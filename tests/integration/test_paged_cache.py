@@ -77,3 +77,31 @@ def test_paged_prefill_and_decode_match_contiguous(tiny_model_dir, model_type):
 def test_unsupported_families_are_refused():
     with pytest.raises(ValueError, match="--kv-paged off"):
         check_model_supported("gemma2")
+
+
+def buffer_address(a: mx.array) -> int:
+    view = np.asarray(a)  # zero-copy on the CPU; dropped at once so it holds no reference
+    address = view.__array_interface__["data"][0]
+    del view
+    return address
+
+
+def test_decode_step_writes_the_pool_in_place(tiny_model_dir):
+    """A decode step scatters into the pages without copying them: every page array keeps its
+    buffer (MLX donates it to the scatter only when the pool holds the sole reference)."""
+    from mlx_paged import LLM, SamplingParams
+
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=16, num_blocks=64)
+    engine = llm.engine
+    pool = engine.runner.pool
+    engine.add_request(llm.encode("hello world"), SamplingParams(max_tokens=20, ignore_eos=True))
+    engine.drain_inbox()
+    for _ in range(4):  # prefill, start, first decodes
+        engine.step()
+    assert engine.scheduler.running
+    for _ in range(3):
+        mx.synchronize()
+        before = [buffer_address(p) for p in pool.k_pages + pool.v_pages]
+        engine.step()
+        mx.synchronize()
+        assert [buffer_address(p) for p in pool.k_pages + pool.v_pages] == before

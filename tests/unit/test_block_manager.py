@@ -188,6 +188,8 @@ def test_random_interleavings_never_leak_or_double_free(ops, block_size, caching
         assert len(free) == len(set(free)) == pool.num_free_blocks
         assert set(free) == {b.block_id for b in pool.blocks[1:] if b.ref_cnt == 0}
         assert 0 not in free
+        assert pool.num_cached_free_blocks == sum(
+            1 for b in pool.free_block_queue.get_all_free_blocks() if b.block_hash is not None)
     for r in live.values():
         m.free(r)
     assert pool.num_free_blocks == pool.num_usable_blocks

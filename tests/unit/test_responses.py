@@ -59,3 +59,12 @@ def test_completion_logprobs_offsets():
         "tokens": ["ab", "c"], "token_logprobs": [-0.1, -0.2],
         "top_logprobs": [{"ab": -0.1}, {}], "text_offset": [0, 2]}
     assert body["choices"][0]["text"] == "abc"
+
+
+def test_tokens_as_ids():
+    b = ResponseBuilder("completion", "m", tokens_as_ids=True)
+    lp = [TokenLogprob(17, "\ufffd", -0.1, [(17, "\ufffd", -0.1)])]
+    body = b.full(text="x", tool_calls=[], logprobs=lp, want_logprobs=True,
+                  finish_reason="length", usage_body=usage(1, 1))
+    assert body["choices"][0]["logprobs"]["tokens"] == ["token_id:17"]
+    assert body["choices"][0]["logprobs"]["top_logprobs"] == [{"token_id:17": -0.1}]
