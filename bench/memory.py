@@ -114,7 +114,8 @@ def run_paged(model_dir, jobs, budget, block_size, bytes_per_token) -> Trace:
 def run_contiguous(model_dir, jobs, cap, bytes_per_token) -> Trace:
     from mlx_paged import LLM, SamplingParams
 
-    llm = LLM(str(model_dir), max_num_seqs=cap, max_num_prefill_seqs=min(cap, 8))
+    llm = LLM(str(model_dir), kv_paged=False, max_num_seqs=cap,
+              max_num_prefill_seqs=min(cap, 8))
     engine, trace = llm.engine, Trace()
     for prompt, n in jobs:
         engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True))

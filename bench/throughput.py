@@ -1,4 +1,5 @@
-"""Engine throughput against mlx-lm's BatchGenerator: same model, prompts and lengths, one process.
+"""Engine throughput, paged and contiguous, against mlx-lm's BatchGenerator: same model, prompts
+and lengths, one process.
 
 Each configuration runs `repeats` times after one warm-up; the table reports medians of
 generated tokens per second over the whole run (prefill included), so both sides pay the same
@@ -62,33 +63,38 @@ def run_batch_generator(model, prompts, max_tokens: int, batch: int) -> tuple[fl
 def main(args) -> int:
     from mlx_paged import LLM
 
-    llm = LLM(args.model)
+    paged = LLM(args.model)
+    contiguous = LLM(args.model, kv_paged=False)
     rows = []
     for c in args.concurrency:
-        prompts = _prompts(llm.tokenizer, c)
-        run_engine(llm, prompts, 4)
-        run_batch_generator(llm.model, prompts, 4, c)
-        ours, theirs = [], []
+        prompts = _prompts(paged.tokenizer, c)
+        run_engine(paged, prompts, 4)
+        run_engine(contiguous, prompts, 4)
+        run_batch_generator(contiguous.model, prompts, 4, c)
+        runs: dict[str, list[float]] = {"paged": [], "contiguous": [], "batch_generator": []}
         for _ in range(args.repeats):
-            t, n = run_engine(llm, prompts, args.max_tokens)
-            ours.append(n / t)
-            t, n = run_batch_generator(llm.model, prompts, args.max_tokens, c)
-            theirs.append(n / t)
-        row = {"concurrency": c, "max_tokens": args.max_tokens,
-               "mlx_paged_tok_s": statistics.median(ours),
-               "batch_generator_tok_s": statistics.median(theirs),
-               "mlx_paged_runs": ours, "batch_generator_runs": theirs}
-        row["ratio"] = row["mlx_paged_tok_s"] / row["batch_generator_tok_s"]
+            for name, fn in (("paged", lambda: run_engine(paged, prompts, args.max_tokens)),
+                             ("contiguous", lambda: run_engine(contiguous, prompts,
+                                                               args.max_tokens)),
+                             ("batch_generator", lambda: run_batch_generator(
+                                 contiguous.model, prompts, args.max_tokens, c))):
+                elapsed, n = fn()
+                runs[name].append(n / elapsed)
+        row = {"concurrency": c, "max_tokens": args.max_tokens, "runs": runs}
+        row.update({f"{name}_tok_s": statistics.median(v) for name, v in runs.items()})
+        row["paged_vs_batch_generator"] = row["paged_tok_s"] / row["batch_generator_tok_s"]
+        row["contiguous_vs_batch_generator"] = (row["contiguous_tok_s"]
+                                                / row["batch_generator_tok_s"])
         rows.append(row)
-        print(f"concurrency {c:3d}: mlx-paged {row['mlx_paged_tok_s']:8.1f} tok/s   "
-              f"BatchGenerator {row['batch_generator_tok_s']:8.1f} tok/s   "
-              f"ratio {row['ratio']:.2f}", flush=True)
+        print(f"concurrency {c:3d}: paged {row['paged_tok_s']:8.1f}  contiguous "
+              f"{row['contiguous_tok_s']:8.1f}  BatchGenerator {row['batch_generator_tok_s']:8.1f}"
+              f" tok/s   paged/BG {row['paged_vs_batch_generator']:.2f}", flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
-        "model": llm.model_id, "kv_path": "contiguous", "device": str(mx.default_device()),
-        "machine": platform.machine(), "processor": platform.processor(),
-        "mlx": mx.__version__, "repeats": args.repeats, "statistic": "median", "rows": rows,
+        "model": paged.model_id, "device": str(mx.default_device()),
+        "machine": platform.machine(), "mlx": mx.__version__, "repeats": args.repeats,
+        "statistic": "median", "rows": rows,
     }, indent=2) + "\n")
     print(f"wrote {out}")
     return 0

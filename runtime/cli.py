@@ -67,10 +67,10 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                    help="a Jinja chat template (text) that replaces the model's")
     p.add_argument("--log-level", default="INFO",
                    choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"])
-    p.add_argument("--kv-paged", type=_on_off, nargs="?", const=True, default=False,
+    p.add_argument("--kv-paged", type=_on_off, nargs="?", const=True, default=True,
                    metavar="{on,off}",
                    help="paged KV, or the contiguous path that is token-exact with mlx-lm's "
-                        "BatchGenerator (default off); bare --kv-paged means on")
+                        "BatchGenerator (default on); bare --kv-paged means on")
     p.add_argument("--block-size", type=int, choices=[8, 16, 32], default=16,
                    help="KV block size in tokens for the paged path (default 16)")
     p.add_argument("--kv-budget", type=parse_size, default=None,

@@ -19,7 +19,7 @@ class EngineConfig:
         block_size, kv_budget_bytes, num_blocks, enable_prefix_caching: the paged KV pool.
     """
 
-    kv_paged: bool = False
+    kv_paged: bool = True
     max_num_seqs: int = 32
     max_num_prefill_seqs: int = 8
     prefill_step_size: int = 2048

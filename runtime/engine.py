@@ -91,7 +91,8 @@ class Engine:
             self.runner, self.kv = build_paged_path(
                 model, (model_config or {}).get("model_type", ""), block_size=config.block_size,
                 kv_budget_bytes=config.kv_budget_bytes, num_blocks=config.num_blocks,
-                enable_prefix_caching=config.enable_prefix_caching)
+                enable_prefix_caching=config.enable_prefix_caching,
+                max_num_tokens=config.max_num_seqs * self.max_model_len)
         else:
             self.runner = ContiguousRunner(model, prefill_step_size=config.prefill_step_size)
         self.scheduler = Scheduler(max_num_seqs=config.max_num_seqs,

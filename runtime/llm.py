@@ -31,8 +31,8 @@ class LLM:
 
     Args:
         model: an mlx-lm folder or hub name; None is the embedded SmolLM2-135M-Instruct.
-        kv_paged: the paged KV path (False: the contiguous path, token-exact with mlx-lm's
-            BatchGenerator).
+        kv_paged: the paged KV path (default); False is the contiguous path, token-exact with
+            mlx-lm's BatchGenerator.
         block_size, num_blocks, kv_budget_bytes, enable_prefix_caching: the paged KV pool
             (`num_blocks` wins over `kv_budget_bytes`; neither: 10% of device memory).
         max_num_seqs: most sequences decoding at once.
@@ -41,7 +41,7 @@ class LLM:
         chat_template: replaces the tokenizer's chat template.
     """
 
-    def __init__(self, model: Optional[str] = None, *, kv_paged: bool = False,
+    def __init__(self, model: Optional[str] = None, *, kv_paged: bool = True,
                  max_num_seqs: int = 32, max_num_prefill_seqs: int = 8,
                  prefill_step_size: int = 2048, chat_template: Optional[str] = None,
                  block_size: int = 16, num_blocks: Optional[int] = None,

@@ -50,8 +50,13 @@ def probe_kv_layout(model) -> tuple[int, int, int, mx.Dtype]:
 
 def build_paged_path(model, model_type: str, *, block_size: int,
                      kv_budget_bytes: Optional[int], num_blocks: Optional[int],
-                     enable_prefix_caching: bool) -> tuple[PagedRunner, KVCacheManager]:
-    """Check the model, size the pool from the budget and return (runner, kv manager)."""
+                     enable_prefix_caching: bool, max_num_tokens: Optional[int] = None
+                     ) -> tuple[PagedRunner, KVCacheManager]:
+    """Check the model, size the pool and return (runner, kv manager).
+
+    The pool is `num_blocks`, else `kv_budget_bytes`, else 10% of device memory but never more
+    than `max_num_tokens` (all sequences at full context) could use.
+    """
     check_model_supported(model_type)
     install_attention_hook()
     num_layers, heads, head_dim, dtype = probe_kv_layout(model)
@@ -60,6 +65,8 @@ def build_paged_path(model, model_type: str, *, block_size: int,
         budget = kv_budget_bytes
         if budget is None:
             budget = int(mx.device_info().get("memory_size", 8 * 2**30) * DEFAULT_MEMORY_FRACTION)
+            if max_num_tokens is not None:
+                budget = min(budget, (max_num_tokens // block_size + 2) * block_bytes)
         num_blocks = budget // block_bytes
     if num_blocks < 2:
         raise ValueError(f"the KV budget holds {num_blocks} blocks of {block_bytes} bytes; "

@@ -54,14 +54,14 @@ def stream_tokens(url: str, prompt: list[int], hang_up_after: int | None) -> lis
 def test_64_streams_on_a_small_pool(tmp_path, tiny_model_dir):
     model_dir = tiny_model_dir("llama")
     rng = random.Random(0)
-    llm = LLM(str(model_dir))  # the contiguous path gives the expected tokens
+    llm = LLM(str(model_dir), kv_paged=False)  # the contiguous path gives the expected tokens
     prompts = [llm.encode(" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 14))))
                for _ in range(NUM_REQUESTS)]
     expected = [r.token_ids for r in llm.generate(
         prompts, SamplingParams(max_tokens=MAX_TOKENS, logit_bias={1: -100}))]
     assert all(len(e) == MAX_TOKENS for e in expected)
 
-    srv = start_server(tmp_path, "--model", str(model_dir), "--kv-paged", "on",
+    srv = start_server(tmp_path, "--model", str(model_dir),
                        "--block-size", "8", "--num-blocks", "48", "--decode-concurrency", "32",
                        "--log-level", "WARNING")
     try:

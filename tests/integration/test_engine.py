@@ -10,7 +10,8 @@ from mlx_paged.errors import InvalidRequestError
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
-    return LLM(str(tiny_model_dir("llama")), max_num_seqs=4, max_num_prefill_seqs=2)
+    return LLM(str(tiny_model_dir("llama")), kv_paged=False, max_num_seqs=4,
+               max_num_prefill_seqs=2)
 
 
 def no_eos(llm, **kw):

@@ -65,7 +65,7 @@ SIZES = dict(max_num_seqs=4, max_num_prefill_seqs=2, prefill_step_size=8)
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen3", "gemma3_text"])
 def test_tiny_models_match_batch_generator(tiny_model_dir, model_type):
-    llm = LLM(str(tiny_model_dir(model_type)), **SIZES)
+    llm = LLM(str(tiny_model_dir(model_type)), kv_paged=False, **SIZES)
     prompts = [llm.tokenizer.encode(t) for t in TEXTS]
     eos = llm.tokenizer.eos_token_id
     ours = run_engine(llm, prompts, SCHEDULE, eos)
@@ -76,7 +76,7 @@ def test_tiny_models_match_batch_generator(tiny_model_dir, model_type):
 
 def test_smollm2_matches_batch_generator(smollm2_dir):
     sizes = dict(max_num_seqs=3, max_num_prefill_seqs=2, prefill_step_size=16)
-    llm = LLM(str(smollm2_dir), **sizes)
+    llm = LLM(str(smollm2_dir), kv_paged=False, **sizes)
     questions = ["What is the capital of France?", "Name a primary color.",
                  "Why do birds sing?", "What is two plus two?"]
     prompts = [llm.tokenizer.apply_chat_template([{"role": "user", "content": q}],

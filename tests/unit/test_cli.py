@@ -23,7 +23,7 @@ def test_serve_defaults_match_mlx_lm_server():
     args = build_parser().parse_args(["serve"])
     assert (args.host, args.port, args.max_tokens, args.decode_concurrency,
             args.prompt_concurrency, args.prefill_step_size) == ("127.0.0.1", 8080, 512, 32, 8, 2048)
-    assert args.kv_paged is False and args.model is None and args.api_key is None
+    assert args.kv_paged is True and args.model is None and args.api_key is None
 
 
 @pytest.mark.parametrize("argv,expected", [
