@@ -292,10 +292,15 @@ class APIHandler(BaseHTTPRequestHandler):
             stream.cancel()
 
 
+class _Server(ThreadingHTTPServer):
+    # The stdlib's listen backlog of 5 resets connections when many clients arrive at once.
+    request_queue_size = 512
+
+
 def make_server(state: ServerState, host: str, port: int) -> ThreadingHTTPServer:
     """Bind the HTTP server (not started) with a handler class bound to `state`."""
     handler = type("BoundAPIHandler", (APIHandler,), {"state": state})
-    server = ThreadingHTTPServer((host, port), handler)
+    server = _Server((host, port), handler)
     server.daemon_threads = True
     return server
 
