@@ -17,7 +17,6 @@ from mlx_lm.generate import generation_stream
 
 from .config import EngineConfig
 from .contiguous_runner import ContiguousRunner
-from .kv_cache_manager import cdiv
 from .errors import InvalidRequestError
 from .metrics import EngineMetrics
 from .output_processor import OutputProcessor
@@ -130,20 +129,23 @@ class Engine:
                 f"the prompt has {n} tokens; this model's context is {self.max_model_len} tokens "
                 f"and needs room for at least one generated token: shorten the prompt",
                 param="messages", code="context_length_exceeded")
+        limit, code = f"the context of {self.max_model_len} tokens", "context_length_exceeded"
         if self.kv is not None:
-            usable = self.kv.block_pool.num_usable_blocks - 1  # admission keeps one spare
-            needed = cdiv(n + min(params.max_tokens, room), self.kv.block_size)
-            if needed > usable:
+            # The whole request must fit the pool at once (admission keeps one block spare).
+            pool_tokens = (self.kv.block_pool.num_usable_blocks - 1) * self.kv.block_size
+            if pool_tokens - n < room:
+                room = pool_tokens - n
+                limit, code = f"the KV pool of {pool_tokens} tokens (--kv-budget)", \
+                    "kv_cache_too_small"
+            if room < 1:
                 raise InvalidRequestError(
-                    f"prompt ({n} tokens) plus max_tokens needs {needed} KV blocks; the whole "
-                    f"pool has {usable}: shorten the request or raise --kv-budget",
-                    param="max_tokens", code="kv_cache_too_small")
+                    f"the prompt has {n} tokens and does not fit {limit} with room to generate: "
+                    f"shorten the prompt or raise --kv-budget", param="messages", code=code)
         if params.max_tokens > room:
             if max_tokens_explicit:
                 raise InvalidRequestError(
-                    f"max_tokens ({params.max_tokens}) plus the prompt ({n} tokens) exceeds the "
-                    f"context of {self.max_model_len} tokens: ask for at most {room}",
-                    param="max_tokens", code="context_length_exceeded")
+                    f"max_tokens ({params.max_tokens}) plus the prompt ({n} tokens) exceeds "
+                    f"{limit}: ask for at most {room}", param="max_tokens", code=code)
             params.max_tokens = room
         return params
 

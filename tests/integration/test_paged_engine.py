@@ -85,3 +85,13 @@ def test_smollm2_paged_equals_generate(smollm2_dir):
     for prompt, r in zip(prompts, results):
         assert r.token_ids == reference(llm, prompt, 10)
     assert results[0].text.startswith("The capital of France is Paris.")
+
+
+def test_default_max_tokens_shrinks_to_the_pool(tiny_model_dir):
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=6)
+    params = llm.engine.check_request([5, 6], SamplingParams(max_tokens=500),
+                                      max_tokens_explicit=False)
+    assert params.max_tokens == (6 - 1 - 1) * 4 - 2
+    with pytest.raises(InvalidRequestError) as info:
+        llm.engine.check_request([5] * 17, SamplingParams())
+    assert info.value.code == "kv_cache_too_small" and info.value.param == "messages"
