@@ -14,9 +14,8 @@ import copy
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
-from .model_runner import ModelRunner, RowOutput
+from .model_runner import LookaheadDecoder, ModelRunner, RowOutput
 from .request import Request
-from .sampler import sample
 from .scheduler import PromptSchedule
 
 
@@ -45,7 +44,7 @@ def _right_pad(chunks: list[list[int]], length: int) -> mx.array:
     return mx.array([c + [0] * (length - len(c)) for c in chunks])
 
 
-class ContiguousRunner(ModelRunner):
+class ContiguousRunner(LookaheadDecoder, ModelRunner):
     """Prompt rows live in one left-padded batch cache, decode rows in another."""
 
     def __init__(self, model, prefill_step_size: int = 2048):
@@ -58,25 +57,16 @@ class ContiguousRunner(ModelRunner):
     def reset(self) -> None:
         self.prompt_rows: list[Request] = []
         self.prompt_cache: list = []
-        self.decode_rows: list[Request] = []
         self.decode_cache: list = []
-        self.next_tokens = None  # (B,) tokens sampled last step, fed in this step
-        self.next_logprobs: list[mx.array] = []
+        self.reset_decode()
 
     @property
     def kv_bytes_in_use(self) -> int:
         return sum(c.nbytes for c in self.prompt_cache + self.decode_cache)
 
     def decode(self, rows: list[Request]) -> list[RowOutput]:
-        if [r.request_id for r in rows] != [r.request_id for r in self.decode_rows]:
-            raise RuntimeError("decode rows differ from the runner's batch order")
-        inputs, current_logprobs = self.next_tokens, self.next_logprobs
-        logits = self.model(inputs[:, None], cache=self.decode_cache)[:, -1, :]
-        tokens, logprobs, contexts = sample(logits, inputs, [r.runtime["sampling"] for r in rows])
-        self.next_tokens, self.next_logprobs = tokens, list(logprobs)
-        mx.async_eval(self.next_tokens, self.next_logprobs, contexts)
-        mx.eval(inputs, current_logprobs)
-        return [RowOutput(r, t, lp) for r, t, lp in zip(rows, inputs.tolist(), current_logprobs)]
+        return self.lookahead_step(
+            rows, lambda inputs: self.model(inputs[:, None], cache=self.decode_cache)[:, -1, :])
 
     def run_prompts(self, plan: PromptSchedule) -> None:
         if plan.joining:
@@ -101,16 +91,8 @@ class ContiguousRunner(ModelRunner):
 
         inputs = mx.array([r.all_token_ids[-1] for r in rows])
         logits = self.model(inputs[:, None], cache=cache)[:, -1, :]
-        tokens, logprobs, contexts = sample(logits, inputs, [r.runtime["sampling"] for r in rows])
-        mx.async_eval(tokens, logprobs, contexts)
-
+        self.start_rows(rows, logits, inputs)
         self.decode_cache = _extend(self.decode_cache, cache)
-        if self.next_tokens is None or not self.decode_rows:
-            self.next_tokens = tokens
-        else:
-            self.next_tokens = mx.concatenate([self.next_tokens, tokens])
-        self.next_logprobs.extend(list(logprobs))
-        self.decode_rows.extend(rows)
 
     def _prefill(self, prefill: list[tuple[Request, int]]) -> None:
         if [r.request_id for r, _ in prefill] != [r.request_id for r in self.prompt_rows]:
@@ -139,13 +121,10 @@ class ContiguousRunner(ModelRunner):
             mx.clear_cache()
 
     def remove(self, requests: list[Request]) -> None:
-        gone = {id(r) for r in requests}
-        keep = [i for i, r in enumerate(self.decode_rows) if id(r) not in gone]
-        if len(keep) < len(self.decode_rows):
+        keep = self.drop_decode_rows(requests)
+        if keep is not None:
             self.decode_cache = _filter(self.decode_cache, keep)
-            self.decode_rows = [self.decode_rows[i] for i in keep]
-            self.next_tokens = self.next_tokens[mx.array(keep)] if keep else None
-            self.next_logprobs = [self.next_logprobs[i] for i in keep]
+        gone = {id(r) for r in requests}
         keep = [i for i, r in enumerate(self.prompt_rows) if id(r) not in gone]
         if len(keep) < len(self.prompt_rows):
             self.prompt_cache = _filter(self.prompt_cache, keep)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Optional
 
 import mlx.core as mx
 
 from .request import Request
+from .sampler import sample
 from .scheduler import PromptSchedule
 
 
@@ -50,3 +52,50 @@ class ModelRunner(ABC):
     @abstractmethod
     def kv_bytes_in_use(self) -> int:
         """Bytes of KV memory currently held."""
+
+
+class LookaheadDecoder:
+    """The decode batch's one-step lookahead, shared by the runners (mlx-lm's GenerationBatch
+    pattern): each forward feeds the tokens sampled by the previous one and returns them, while
+    its own samples are computed asynchronously."""
+
+    def reset_decode(self) -> None:
+        self.decode_rows: list[Request] = []
+        self.next_tokens = None  # (B,) tokens sampled last step, fed in this step
+        self.next_logprobs: list[mx.array] = []
+
+    def lookahead_step(self, rows: list[Request], forward, extra_outputs=()) -> list[RowOutput]:
+        """Feed the pending tokens through `forward(inputs) -> (B, V) logits`, sample the next
+        ones, and return the fed tokens with the log-probabilities they were sampled from."""
+        if [r.request_id for r in rows] != [r.request_id for r in self.decode_rows]:
+            raise RuntimeError("decode rows differ from the runner's batch order")
+        inputs, current_logprobs = self.next_tokens, self.next_logprobs
+        logits = forward(inputs)
+        tokens, logprobs, contexts = sample(logits, inputs, [r.runtime["sampling"] for r in rows])
+        self.next_tokens, self.next_logprobs = tokens, list(logprobs)
+        mx.async_eval(self.next_tokens, self.next_logprobs, contexts, *extra_outputs)
+        mx.eval(inputs, current_logprobs)
+        return [RowOutput(r, t, lp) for r, t, lp in zip(rows, inputs.tolist(), current_logprobs)]
+
+    def start_rows(self, rows: list[Request], logits: mx.array, inputs: mx.array) -> None:
+        """Sample the first tokens of requests whose last prompt token gave `logits`, and append
+        them to the decode batch (their tokens come out at the next decode step)."""
+        tokens, logprobs, contexts = sample(logits, inputs, [r.runtime["sampling"] for r in rows])
+        mx.async_eval(tokens, logprobs, contexts)
+        if self.next_tokens is None or not self.decode_rows:
+            self.next_tokens = tokens
+        else:
+            self.next_tokens = mx.concatenate([self.next_tokens, tokens])
+        self.next_logprobs.extend(list(logprobs))
+        self.decode_rows.extend(rows)
+
+    def drop_decode_rows(self, requests: list[Request]) -> Optional[list[int]]:
+        """Remove `requests` from the decode batch; the kept indices, or None if none left."""
+        gone = {id(r) for r in requests}
+        keep = [i for i, r in enumerate(self.decode_rows) if id(r) not in gone]
+        if len(keep) == len(self.decode_rows):
+            return None
+        self.decode_rows = [self.decode_rows[i] for i in keep]
+        self.next_tokens = self.next_tokens[mx.array(keep)] if keep else None
+        self.next_logprobs = [self.next_logprobs[i] for i in keep]
+        return keep

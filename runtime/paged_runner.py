@@ -10,14 +10,13 @@ from __future__ import annotations
 import mlx.core as mx
 
 from .kv_cache_manager import KVCacheManager
-from .model_runner import ModelRunner, RowOutput
+from .model_runner import LookaheadDecoder, ModelRunner, RowOutput
 from .paged_cache import PagedAttentionMetadata, PagedKVPool, PagedLayerCache
 from .request import Request
-from .sampler import sample
 from .scheduler import PromptSchedule
 
 
-class PagedRunner(ModelRunner):
+class PagedRunner(LookaheadDecoder, ModelRunner):
     """Runs the model with one `PagedLayerCache` per layer over a shared `PagedKVPool`."""
 
     def __init__(self, model, pool: PagedKVPool, kv: KVCacheManager):
@@ -29,9 +28,7 @@ class PagedRunner(ModelRunner):
 
     def reset(self) -> None:
         self.prompt_rows: list[Request] = []
-        self.decode_rows: list[Request] = []
-        self.next_tokens = None
-        self.next_logprobs: list[mx.array] = []
+        self.reset_decode()
 
     @property
     def kv_bytes_in_use(self) -> int:
@@ -62,18 +59,11 @@ class PagedRunner(ModelRunner):
         return self.model(tokens, cache=caches)
 
     def decode(self, rows: list[Request]) -> list[RowOutput]:
-        if [r.request_id for r in rows] != [r.request_id for r in self.decode_rows]:
-            raise RuntimeError("decode rows differ from the runner's batch order")
-        inputs, current_logprobs = self.next_tokens, self.next_logprobs
         # The scheduler already counted the fed token: it sits at num_computed_tokens - 1.
         meta = self._metadata(rows, [r.num_computed_tokens - 1 for r in rows], [1] * len(rows))
-        logits = self._forward(inputs[:, None], meta)[:, -1, :]
-        tokens, logprobs, contexts = sample(logits, inputs, [r.runtime["sampling"] for r in rows])
-        self.next_tokens, self.next_logprobs = tokens, list(logprobs)
-        mx.async_eval(self.next_tokens, self.next_logprobs, contexts, self.pool.k_pages,
-                      self.pool.v_pages)
-        mx.eval(inputs, current_logprobs)
-        return [RowOutput(r, t, lp) for r, t, lp in zip(rows, inputs.tolist(), current_logprobs)]
+        return self.lookahead_step(
+            rows, lambda inputs: self._forward(inputs[:, None], meta)[:, -1, :],
+            extra_outputs=(self.pool.k_pages, self.pool.v_pages))
 
     def run_prompts(self, plan: PromptSchedule) -> None:
         self.prompt_rows.extend(plan.joining)
@@ -87,15 +77,7 @@ class PagedRunner(ModelRunner):
         self.prompt_rows = [r for r in self.prompt_rows if id(r) not in moved]
         inputs = mx.array([r.all_token_ids[-1] for r in rows])
         meta = self._metadata(rows, [r.num_computed_tokens - 1 for r in rows], [1] * len(rows))
-        logits = self._forward(inputs[:, None], meta)[:, -1, :]
-        tokens, logprobs, contexts = sample(logits, inputs, [r.runtime["sampling"] for r in rows])
-        mx.async_eval(tokens, logprobs, contexts)
-        if self.next_tokens is None or not self.decode_rows:
-            self.next_tokens = tokens
-        else:
-            self.next_tokens = mx.concatenate([self.next_tokens, tokens])
-        self.next_logprobs.extend(list(logprobs))
-        self.decode_rows.extend(rows)
+        self.start_rows(rows, self._forward(inputs[:, None], meta)[:, -1, :], inputs)
         for r in rows:
             self.kv.cache_blocks(r, r.num_computed_tokens)
 
@@ -112,10 +94,6 @@ class PagedRunner(ModelRunner):
             self.kv.cache_blocks(r, r.num_computed_tokens)
 
     def remove(self, requests: list[Request]) -> None:
+        self.drop_decode_rows(requests)
         gone = {id(r) for r in requests}
-        keep = [i for i, r in enumerate(self.decode_rows) if id(r) not in gone]
-        if len(keep) < len(self.decode_rows):
-            self.decode_rows = [self.decode_rows[i] for i in keep]
-            self.next_tokens = self.next_tokens[mx.array(keep)] if keep else None
-            self.next_logprobs = [self.next_logprobs[i] for i in keep]
         self.prompt_rows = [r for r in self.prompt_rows if id(r) not in gone]
