@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Optional
 
 import mlx.core as mx
@@ -15,6 +16,17 @@ from .paged_runner import PagedRunner
 logger = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_FRACTION = 0.10
+
+
+def device_memory_bytes() -> int:
+    """The accelerator's memory, or the machine's RAM on the CPU backend."""
+    info = mx.device_info()
+    if info.get("memory_size"):
+        return int(info["memory_size"])
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 2**30
 
 
 class _ProbeCache:
@@ -64,7 +76,7 @@ def build_paged_path(model, model_type: str, *, block_size: int,
     if num_blocks is None:
         budget = kv_budget_bytes
         if budget is None:
-            budget = int(mx.device_info().get("memory_size", 8 * 2**30) * DEFAULT_MEMORY_FRACTION)
+            budget = int(device_memory_bytes() * DEFAULT_MEMORY_FRACTION)
             if max_num_tokens is not None:
                 budget = min(budget, (max_num_tokens // block_size + 2) * block_bytes)
         num_blocks = budget // block_bytes
