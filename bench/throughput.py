@@ -63,7 +63,8 @@ def run_batch_generator(model, prompts, max_tokens: int, batch: int) -> tuple[fl
 def main(args) -> int:
     from mlx_paged import LLM
 
-    paged = LLM(args.model)
+    # Prefix caching off: every run repeats the same prompts, and hits would skip their prefill.
+    paged = LLM(args.model, enable_prefix_caching=False)
     contiguous = LLM(args.model, kv_paged=False)
     rows = []
     for c in args.concurrency:
