@@ -89,7 +89,8 @@ class PagedLayerCache:
 
     def make_mask(self, N: int, return_array: bool = False, window_size: Optional[int] = None):
         if return_array:
-            raise NotImplementedError("paged caches build their masks inside attention")
+            raise ValueError("this model asks its cache for a dense mask array; paged caches "
+                             "build masks inside attention, so serve it with --kv-paged off")
         return PagedMask(window_size)
 
     @property
