@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
@@ -78,7 +79,7 @@ class LLM:
         streams = []
         for prompt, p in zip(prompts, params):
             ids = self.encode(prompt)
-            p = SamplingParams(**{f: getattr(p, f) for f in p.__slots__})  # one copy per request
+            p = dataclasses.replace(p)  # one copy per request: check_request may shorten it
             self.engine.check_request(ids, p)
             streams.append(self.engine.add_request(ids, p))
         results = {s.request_id: CompletionResult(s.request_id, list(s.request.prompt_token_ids),

@@ -53,10 +53,6 @@ class Request:
         return len(self.prompt_token_ids)
 
     @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_token_ids) + len(self.output_token_ids)
-
-    @property
     def num_prefill_tokens(self) -> int:
         """Tokens to prefill: the prompt, plus the output so far after a preemption."""
         return len(self.prompt_token_ids) + len(self.output_token_ids)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol
+from typing import Optional, Protocol
 
 from .request import Request, RequestStatus
 
@@ -62,20 +62,18 @@ class Scheduler:
         max_num_seqs: most requests decoding at once (`--decode-concurrency`).
         max_num_prefill_seqs: most requests prefilling at once (`--prompt-concurrency`).
         prefill_step_size: most prompt tokens one request prefills per step.
-        can_admit: asked before a waiting request joins; the KV path says whether it fits.
+        kv: the paged KV path's admission and allocation (None: the contiguous path, which
+            admits anything).
     """
 
     def __init__(self, *, max_num_seqs: int = 32, max_num_prefill_seqs: int = 8,
-                 prefill_step_size: int = 2048,
-                 can_admit: Optional[Callable[[Request], bool]] = None,
-                 kv: Optional[KVSpace] = None):
+                 prefill_step_size: int = 2048, kv: Optional[KVSpace] = None):
         if min(max_num_seqs, max_num_prefill_seqs, prefill_step_size) < 1:
             raise ValueError("max_num_seqs, max_num_prefill_seqs and prefill_step_size must be >= 1")
         # BatchGenerator never lets the decode batch be smaller than the prefill batch.
         self.max_num_seqs = max(max_num_seqs, max_num_prefill_seqs)
         self.max_num_prefill_seqs = max_num_prefill_seqs
         self.prefill_step_size = prefill_step_size
-        self.can_admit = can_admit or (lambda _req: True)
         self.kv = kv
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
@@ -108,7 +106,7 @@ class Scheduler:
                 if self.prefilling or self.running or joining:
                     break
                 room = 1
-            if not self.can_admit(head) or (self.kv is not None and not self.kv.admit(head)):
+            if self.kv is not None and not self.kv.admit(head):
                 break
             self.waiting.popleft()
             head.status = RequestStatus.PREFILLING

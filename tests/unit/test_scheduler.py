@@ -85,9 +85,25 @@ def test_unbatchable_request_drains_the_batch_then_runs_alone():
     assert plan_view(s.schedule_prompts()) == (["b"], [], [("b", 1)])
 
 
-def test_can_admit_blocks_the_head_of_the_queue():
+class AllowList:
+    """A KV space that admits only the listed requests and always has decode room."""
+
+    def __init__(self, allowed):
+        self.allowed = allowed
+
+    def admit(self, request):
+        return request.request_id in self.allowed
+
+    def allocate_decode(self, request):
+        return True
+
+    def free(self, request):
+        pass
+
+
+def test_kv_admission_blocks_the_head_of_the_queue():
     allowed = {"a"}
-    s = Scheduler(can_admit=lambda r: r.request_id in allowed)
+    s = Scheduler(kv=AllowList(allowed))
     s.add_request(req("a", 3))
     s.add_request(req("b", 3))
     s.add_request(req("c", 3))
