@@ -1,0 +1,74 @@
+"""The complete Metal source MLX generates for a kernel, captured on any machine.
+
+`mx.fast.metal_kernel` refuses to run without Metal, except while `mx.export_function` traces a
+function; called there with `verbose=True`, MLX prints the full MSL it would compile (signature,
+attribute arguments, body, explicit instantiation). That text is what golden files pin down.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+
+import mlx.core as mx
+
+from .build import build, define
+from .spec import KernelSpec
+
+_DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
+# A representative call: 8 sequences (so per-sequence inputs live in device memory, not in
+# Metal's constant space, which MLX picks for inputs under 8 elements), 2 KV heads, 4 pages each.
+CAPTURE_SEQS, CAPTURE_KV_HEADS, CAPTURE_PAGES = 8, 2, 4
+
+
+def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
+    """(inputs, output_shapes, output_dtypes) of the representative call of `spec`."""
+    dtype = _DTYPES[spec.dtype]
+    seqs, kv_heads, heads = CAPTURE_SEQS, CAPTURE_KV_HEADS, CAPTURE_KV_HEADS * spec.gqa
+    window = [mx.array([64], dtype=mx.int32)] if spec.sliding_window else []
+    seq_lens = mx.full((seqs,), spec.block_size * CAPTURE_PAGES, dtype=mx.int32)
+    parts = 2
+    if spec.op == "paged_decode_reduce":
+        inputs = [mx.zeros((seqs, heads, parts, spec.head_dim)), mx.zeros((seqs, heads, parts)),
+                  mx.zeros((seqs, heads, parts)), seq_lens] + window
+        return inputs, [(seqs, heads, 1, spec.head_dim)], [dtype]
+    pages = mx.zeros((seqs * CAPTURE_PAGES, spec.block_size, kv_heads, spec.head_dim), dtype)
+    inputs = [mx.zeros((seqs, heads, 1, spec.head_dim), dtype), pages, pages,
+              mx.zeros((seqs, CAPTURE_PAGES), mx.int32), seq_lens,
+              mx.array([1.0], dtype=mx.float32)] + window
+    if spec.partitioned:
+        shapes = [(seqs, heads, parts, spec.head_dim), (seqs, heads, parts), (seqs, heads, parts)]
+        return inputs, shapes, [mx.float32] * 3
+    return inputs, [(seqs, heads, 1, spec.head_dim)], [dtype]
+
+
+def capture_metal_source(spec: KernelSpec) -> str:
+    """The MSL MLX generates for `spec` (a Metal spec) on its representative call."""
+    if spec.backend != "metal":
+        raise ValueError(f"{spec.name}: only Metal sources are captured this way")
+    kernel = build(spec)
+    threads = define(spec).threads_per_threadgroup
+    inputs, shapes, dtypes = sample_inputs(spec)
+
+    def call(*args):
+        return kernel(inputs=list(args), output_shapes=shapes, output_dtypes=dtypes,
+                      grid=(2 * threads, CAPTURE_SEQS, 1), threadgroup=(threads, 1, 1),
+                      template=[("T", _DTYPES[spec.dtype])], verbose=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        printed = os.path.join(tmp, "stdout.txt")
+        # MLX prints from C++, so the capture swaps the process-level stdout file descriptor.
+        saved = os.dup(1)
+        try:
+            with open(printed, "w") as sink:
+                os.dup2(sink.fileno(), 1)
+                mx.export_function(os.path.join(tmp, "k.mlxfn"), call, *inputs)
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        text = open(printed).read()
+    match = re.search(r"Generated source code for `[^`]*`:\n```\n(.*?)\n```", text, re.S)
+    if match is None:
+        raise RuntimeError(f"{spec.name}: MLX printed no Metal source:\n{text[:2000]}")
+    return match.group(1) + "\n"

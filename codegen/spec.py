@@ -1,0 +1,95 @@
+"""`KernelSpec`: one variant of one kernel, frozen so it can key the build cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BACKENDS = ("metal", "cuda")
+DTYPES = ("float16", "bfloat16", "float32")
+HEAD_DIMS = (64, 80, 96, 128, 256)
+BLOCK_SIZES = (8, 16, 32)
+GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
+PARTITION_SIZES = (0, 128, 256, 512)  # 0: single pass over the whole sequence
+OPS = ("paged_decode", "paged_decode_reduce")
+
+_DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+
+
+class UnsupportedSpecError(ValueError):
+    """A kernel variant this project does not generate; the message names the spec."""
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel variant. Its `name` says everything that changes the generated code, e.g.
+    `paged_decode_metal_bf16_hd128_bs16_g4_p512` (p0 is the single-pass variant, `_sw` marks
+    sliding-window support)."""
+
+    op: str
+    backend: str
+    dtype: str
+    head_dim: int
+    block_size: int = 16
+    gqa: int = 1
+    partition_size: int = 0
+    sliding_window: bool = False
+
+    def __post_init__(self):
+        checks = (("op", OPS), ("backend", BACKENDS), ("dtype", DTYPES),
+                  ("head_dim", HEAD_DIMS), ("block_size", BLOCK_SIZES), ("gqa", GQA_GROUPS),
+                  ("partition_size", PARTITION_SIZES))
+        for field_name, allowed in checks:
+            value = getattr(self, field_name)
+            if value not in allowed:
+                raise UnsupportedSpecError(
+                    f"{self.name}: {field_name}={value!r} is not generated "
+                    f"(supported: {', '.join(map(str, allowed))})")
+        if self.op == "paged_decode_reduce" and self.partition_size == 0:
+            raise UnsupportedSpecError(f"{self.name}: the reduce kernel needs a partition size")
+        if self.partition_size and self.partition_size % self.block_size:
+            raise UnsupportedSpecError(
+                f"{self.name}: partition size must be a multiple of the block size")
+
+    @property
+    def name(self) -> str:
+        parts = [self.op, self.backend, _DTYPE_SHORT.get(self.dtype, str(self.dtype)),
+                 f"hd{self.head_dim}", f"bs{self.block_size}", f"g{self.gqa}",
+                 f"p{self.partition_size}"]
+        if self.sliding_window:
+            parts.append("sw")
+        return "_".join(parts)
+
+    @property
+    def partitioned(self) -> bool:
+        return self.partition_size > 0
+
+    @property
+    def itemsize(self) -> int:
+        return 4 if self.dtype == "float32" else 2
+
+    def with_backend(self, backend: str) -> "KernelSpec":
+        """The same variant for another backend."""
+        return KernelSpec(self.op, backend, self.dtype, self.head_dim, self.block_size,
+                          self.gqa, self.partition_size, self.sliding_window)
+
+    @classmethod
+    def parse(cls, name: str) -> "KernelSpec":
+        """Inverse of `name`: `paged_decode_cuda_bf16_hd128_bs16_g4_p512[_sw]`."""
+        short_to_dtype = {v: k for k, v in _DTYPE_SHORT.items()}
+        op = next((o for o in sorted(OPS, key=len, reverse=True) if name.startswith(o + "_")),
+                  None)
+        if op is None:
+            raise UnsupportedSpecError(f"{name!r}: unknown kernel (ops: {', '.join(OPS)})")
+        fields = name[len(op) + 1:].split("_")
+        sliding = fields[-1] == "sw"
+        if sliding:
+            fields = fields[:-1]
+        try:
+            backend, dtype, hd, bs, g, p = fields
+            return cls(op, backend, short_to_dtype[dtype], int(hd.removeprefix("hd")),
+                       int(bs.removeprefix("bs")), int(g.removeprefix("g")),
+                       int(p.removeprefix("p")), sliding)
+        except (ValueError, KeyError) as exc:
+            raise UnsupportedSpecError(
+                f"{name!r} is not a kernel spec name (expected e.g. "
+                f"paged_decode_metal_bf16_hd128_bs16_g4_p512)") from exc

@@ -1,0 +1,176 @@
+"""Launcher of the paged decode-attention kernels (`paged_attention.jinja`, pass 1 or the only
+pass; `paged_attention_reduce.jinja`, pass 2). The oracle is `paged_attention_reference`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import mlx.core as mx
+
+from mlx_paged.codegen.build import KernelDefinition, build
+from mlx_paged.codegen.build import define as define_cached
+from mlx_paged.codegen.environment import render, render_macro
+from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
+
+DEFAULT_PARTITION_SIZE = 512
+# Single pass when the grid already has this many (sequence, KV head) threadgroups: then
+# splitting the context only adds the reduce pass (measured on the H200, docs/kernels.md).
+SINGLE_PASS_MIN_GROUPS = 1024
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How a pass-1 threadgroup covers one (sequence, KV head, partition)."""
+
+    nsg: int            # simdgroups per threadgroup
+    tpr: int            # lanes sharing one K/V row
+    epl: int            # head-dim elements per lane (head_dim = tpr * epl)
+    chunk: int          # tokens per online-softmax rescale, per row group
+    vector_loads: bool  # rows split into 16-byte aligned lane chunks
+
+
+def _threadgroup_bytes(nsg: int, spec: KernelSpec) -> int:
+    return 4 * nsg * spec.gqa * (spec.head_dim + 2)
+
+
+def geometry(spec: KernelSpec) -> Geometry:
+    """Lane split and simdgroup count of pass 1 for `spec`."""
+    vec = 16 // spec.itemsize
+    # The widest power-of-two lane split whose lanes still hold a 16-byte vector each.
+    candidates = [p for p in (32, 16, 8, 4, 2, 1) if spec.head_dim % p == 0]
+    tpr = next((p for p in candidates if spec.head_dim // p >= vec), candidates[-1])
+    epl = spec.head_dim // tpr
+    tokens = spec.block_size // (32 // tpr)
+    chunk = max([c for c in range(1, tokens + 1) if tokens % c == 0 and c * spec.gqa <= 32],
+                default=1)
+    nsg = 4
+    while nsg > 1 and _threadgroup_bytes(nsg, spec) > 32 * 1024:
+        nsg //= 2
+    vector_loads = (epl * spec.itemsize) % 16 == 0
+    return Geometry(nsg, tpr, epl, chunk, vector_loads)
+
+
+def define(spec: KernelSpec) -> KernelDefinition:
+    """Render `spec` (pass 1 or pass 2) into a `KernelDefinition`."""
+    header = render_macro("_dialect.jinja", "cuda_header", spec)
+    window = ("window",) if spec.sliding_window else ()
+    if spec.op == "paged_decode":
+        geo = geometry(spec)
+        outputs = ("partial_out", "partial_max", "partial_sum") if spec.partitioned else ("out",)
+        return KernelDefinition(
+            spec=spec, source=render("paged_attention.jinja", spec, geo=geo), header=header,
+            input_names=("queries", "k_pages", "v_pages", "block_tables", "seq_lens", "scale")
+            + window,
+            output_names=outputs, threads_per_threadgroup=geo.nsg * 32,
+            threadgroup_bytes=_threadgroup_bytes(geo.nsg, spec),
+            notes={"geometry": geo})
+    return KernelDefinition(
+        spec=spec, source=render("paged_attention_reduce.jinja", spec), header=header,
+        input_names=("partial_out", "partial_max", "partial_sum", "seq_lens") + window,
+        output_names=("out",), threads_per_threadgroup=32, threadgroup_bytes=0)
+
+
+def current_backend() -> Optional[str]:
+    """"metal" or "cuda" when MLX's default device is a GPU with that backend, else None."""
+    if mx.default_device().type != mx.DeviceType.gpu:
+        return None
+    if mx.metal.is_available():
+        return "metal"
+    if hasattr(mx, "cuda") and mx.cuda.is_available():
+        return "cuda"
+    return None
+
+
+_DTYPE_NAMES = {mx.float16: "float16", mx.bfloat16: "bfloat16", mx.float32: "float32"}
+
+
+def decode_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
+                 sliding_window: bool, partition_size: int = DEFAULT_PARTITION_SIZE
+                 ) -> tuple[KernelSpec, KernelSpec, KernelSpec]:
+    """(single pass, pass 1, pass 2) specs for one attention shape."""
+    if dtype not in _DTYPE_NAMES:
+        raise UnsupportedSpecError(f"paged decode kernels take float16/bfloat16/float32 "
+                                   f"pages, not {dtype}")
+    args = (backend, _DTYPE_NAMES[dtype], head_dim, block_size, gqa)
+    return (KernelSpec("paged_decode", *args, 0, sliding_window),
+            KernelSpec("paged_decode", *args, partition_size, sliding_window),
+            KernelSpec("paged_decode_reduce", *args, partition_size, sliding_window))
+
+
+def use_single_pass(num_seqs: int, num_kv_heads: int, num_partitions: int) -> bool:
+    """The measured routing rule between the single-pass and the split-K kernels."""
+    return num_partitions == 1 or num_seqs * num_kv_heads >= SINGLE_PASS_MIN_GROUPS
+
+
+def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.array,
+                           block_tables: mx.array, seq_lens: mx.array, *, scale: float,
+                           window: Optional[int] = None, sinks: Optional[mx.array] = None,
+                           backend: Optional[str] = None,
+                           partition_size: int = DEFAULT_PARTITION_SIZE,
+                           single_pass: Optional[bool] = None) -> mx.array:
+    """Decode attention of `(B, Hq, 1, D)` queries over paged K/V, on the GPU kernels.
+
+    Each row's one query sits at position `seq_lens[b] - 1` and sees keys `[0, seq_lens[b])`
+    (the last `window` of them with a sliding window). Pages are `[num_blocks, block_size,
+    Hkv, D]`, row-contiguous; `block_tables` is `(B, max_blocks)` int32.
+
+    Args:
+        single_pass: force one variant (benchmarks); None applies `use_single_pass`.
+
+    Raises:
+        UnsupportedSpecError: for an input the kernels cannot serve (the message names the spec).
+    """
+    backend = backend or current_backend()
+    num_seqs, num_heads, num_queries, head_dim = queries.shape
+    _, block_size, num_kv_heads, page_dim = k_pages.shape
+    if backend is None:
+        raise UnsupportedSpecError("paged decode kernels need MLX's Metal or CUDA backend; "
+                                   "the CPU runs paged_attention_reference")
+    if num_heads % num_kv_heads:
+        raise UnsupportedSpecError(f"{num_heads} query heads are not a multiple of "
+                                   f"{num_kv_heads} KV heads")
+    single, part1, part2 = decode_specs(backend, k_pages.dtype, head_dim, block_size,
+                                        num_heads // num_kv_heads, window is not None,
+                                        partition_size)
+    if num_queries != 1:
+        raise UnsupportedSpecError(f"{single.name}: decode kernels take one query per row, "
+                                   f"not {num_queries}")
+    if sinks is not None:
+        raise UnsupportedSpecError(f"{single.name}: attention sinks are not implemented")
+    if page_dim != head_dim or v_pages.shape != k_pages.shape or queries.dtype != k_pages.dtype:
+        raise UnsupportedSpecError(f"{single.name}: queries {queries.shape} {queries.dtype} do "
+                                   f"not match pages {k_pages.shape} {k_pages.dtype}")
+    inputs = [queries, k_pages, v_pages, block_tables.astype(mx.int32),
+              seq_lens.astype(mx.int32), mx.array([scale], dtype=mx.float32)]
+    if window is not None:
+        inputs.append(mx.array([window], dtype=mx.int32))
+    template = [("T", k_pages.dtype)]
+    num_partitions = math.ceil(block_tables.shape[1] * block_size / partition_size)
+    if single_pass is None:
+        single_pass = use_single_pass(num_seqs, num_kv_heads, num_partitions)
+    if single_pass:
+        tg = threads_of(single)
+        return build(single)(
+            inputs=inputs, template=template, grid=(num_kv_heads * tg, num_seqs, 1),
+            threadgroup=(tg, 1, 1), output_shapes=[queries.shape],
+            output_dtypes=[queries.dtype])[0]
+    tg = threads_of(part1)
+    partial_out, partial_max, partial_sum = build(part1)(
+        inputs=inputs, template=template,
+        grid=(num_kv_heads * tg, num_seqs, num_partitions), threadgroup=(tg, 1, 1),
+        output_shapes=[(num_seqs, num_heads, num_partitions, head_dim),
+                       (num_seqs, num_heads, num_partitions),
+                       (num_seqs, num_heads, num_partitions)],
+        output_dtypes=[mx.float32] * 3)
+    reduce_inputs = [partial_out, partial_max, partial_sum, inputs[4]] + inputs[6:]
+    return build(part2)(
+        inputs=reduce_inputs, template=template, grid=(num_heads * 32, num_seqs, 1),
+        threadgroup=(32, 1, 1), output_shapes=[queries.shape],
+        output_dtypes=[queries.dtype])[0]
+
+
+def threads_of(spec: KernelSpec) -> int:
+    """Threads per threadgroup of `spec`."""
+    return define_cached(spec).threads_per_threadgroup

@@ -1,0 +1,86 @@
+"""The generated paged decode kernels against the pure-MLX reference, on the GPU."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from paged_cases import TOLERANCE, make_case, max_error, reference
+
+from mlx_paged.codegen.spec import UnsupportedSpecError
+from mlx_paged.kernels.paged_attention import paged_attention_decode
+
+pytestmark = pytest.mark.gpu
+
+BF16, F16, F32 = mx.bfloat16, mx.float16, mx.float32
+# (dtype, head_dim, block_size, gqa, sliding window): every supported value appears at least once.
+SPECS = (
+    [(BF16, 128, 16, g, None) for g in range(1, 9)]
+    + [(F16, 128, 16, 4, None), (F32, 128, 16, 4, None)]
+    + [(BF16, d, 16, 4, None) for d in (64, 80, 96, 256)] + [(BF16, 256, 16, 8, None)]
+    + [(BF16, 128, 8, 4, None), (BF16, 128, 32, 4, None)]
+    + [(F32, 80, 8, 3, None), (F16, 96, 32, 5, None), (F32, 256, 16, 8, None),
+       (F16, 64, 32, 1, None), (F32, 64, 16, 7, None), (BF16, 96, 8, 6, None)]
+    + [(BF16, 128, 16, 4, 100), (F32, 64, 8, 2, 37), (F16, 80, 32, 8, 700)]
+)
+
+
+def _id(case):
+    dtype, d, bs, g, window = case
+    return f"{str(dtype).split('.')[-1]}-hd{d}-bs{bs}-g{g}" + (f"-sw{window}" if window else "")
+
+
+@pytest.mark.parametrize("case", SPECS, ids=_id)
+@pytest.mark.parametrize("single_pass", [True, False], ids=["1pass", "2pass"])
+def test_kernel_matches_reference(case, single_pass):
+    dtype, head_dim, block_size, gqa, window = case
+    # Ragged: one token, a partly filled block, an exact multiple of the block, several
+    # partitions, a partition boundary.
+    lens = [1, block_size * 3 + 5, block_size * 8, 1301, 512, 1537]
+    inputs = make_case(7, lens, num_kv_heads=2, gqa=gqa, head_dim=head_dim,
+                       block_size=block_size, dtype=dtype)
+    scale = head_dim ** -0.5
+    out = paged_attention_decode(*inputs, scale=scale, window=window, single_pass=single_pass)
+    assert out.dtype == dtype and out.shape == inputs[0].shape
+    err = max_error(out, reference(*inputs, scale, window))
+    assert err <= TOLERANCE[dtype], f"max abs error {err}"
+
+
+@pytest.mark.parametrize("batch", [1, 3, 64, 256])
+def test_batch_sizes(batch):
+    rng = np.random.default_rng(batch)
+    lens = [int(n) for n in rng.integers(1, 700, size=batch)]
+    inputs = make_case(batch, lens, num_kv_heads=8, gqa=4, head_dim=128, block_size=16,
+                       dtype=BF16)
+    for single_pass in (True, False, None):
+        out = paged_attention_decode(*inputs, scale=0.088, single_pass=single_pass)
+        assert max_error(out, reference(*inputs, 0.088)) <= TOLERANCE[BF16]
+
+
+@pytest.mark.parametrize("dtype", [BF16, F32], ids=["bf16", "f32"])
+def test_long_context_32k(dtype):
+    lens = [32768, 20001, 4097]
+    inputs = make_case(3, lens, num_kv_heads=8, gqa=4, head_dim=128, block_size=16, dtype=dtype)
+    ref = reference(*inputs, 0.088)
+    for single_pass in (True, False):
+        out = paged_attention_decode(*inputs, scale=0.088, single_pass=single_pass)
+        assert max_error(out, ref) <= TOLERANCE[dtype]
+
+
+def test_query_view_with_strides():
+    """Queries sliced from a wider tensor are read through their strides, not copied."""
+    inputs = make_case(5, [77, 300], num_kv_heads=2, gqa=4, head_dim=64, block_size=16,
+                       dtype=F32)
+    wide = mx.concatenate([inputs[0], inputs[0] * 2], axis=3)  # (B, Hq, 1, 2D)
+    view = wide[..., 64:]
+    out = paged_attention_decode(view, *inputs[1:], scale=0.125)
+    assert max_error(out, reference(view, *inputs[1:], 0.125)) <= TOLERANCE[F32]
+
+
+def test_unservable_inputs_name_the_spec():
+    inputs = make_case(1, [20], num_kv_heads=2, gqa=2, head_dim=64, block_size=16, dtype=F32)
+    with pytest.raises(UnsupportedSpecError, match="sinks"):
+        paged_attention_decode(*inputs, scale=0.1, sinks=mx.zeros((4,)))
+    odd = make_case(1, [20], num_kv_heads=2, gqa=2, head_dim=48, block_size=16, dtype=F32)
+    with pytest.raises(UnsupportedSpecError, match="head_dim=48"):
+        paged_attention_decode(*odd, scale=0.1)
