@@ -86,10 +86,11 @@ class KernelSpec:
             fields = fields[:-1]
         try:
             backend, dtype, hd, bs, g, p = fields
-            return cls(op, backend, short_to_dtype[dtype], int(hd.removeprefix("hd")),
-                       int(bs.removeprefix("bs")), int(g.removeprefix("g")),
-                       int(p.removeprefix("p")), sliding)
+            values = (backend, short_to_dtype[dtype], int(hd.removeprefix("hd")),
+                      int(bs.removeprefix("bs")), int(g.removeprefix("g")),
+                      int(p.removeprefix("p")))
         except (ValueError, KeyError) as exc:
             raise UnsupportedSpecError(
                 f"{name!r} is not a kernel spec name (expected e.g. "
                 f"paged_decode_metal_bf16_hd128_bs16_g4_p512)") from exc
+        return cls(op, *values, sliding)

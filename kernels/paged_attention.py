@@ -4,6 +4,7 @@ pass; `paged_attention_reduce.jinja`, pass 2). The oracle is `paged_attention_re
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -174,3 +175,31 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
 def threads_of(spec: KernelSpec) -> int:
     """Threads per threadgroup of `spec`."""
     return define_cached(spec).threads_per_threadgroup
+
+
+def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
+            sliding_window: bool, progress=None) -> list[KernelSpec]:
+    """Compile every kernel a model's decode will call (both variants), one tiny call each.
+
+    NVRTC/Metal compile a spec on its first call (about 2 s each on CUDA); doing it at load keeps
+    that out of the first requests. `progress(spec, seconds)` reports each one.
+    """
+    single, part1, part2 = decode_specs(backend, dtype, head_dim, block_size, gqa,
+                                        sliding_window)
+    window = 4 if sliding_window else None
+    pages = mx.zeros((17, block_size, 1, head_dim), dtype=dtype)
+    for variant, specs in ((True, [single]), (False, [part1, part2])):
+        tic = time.perf_counter()
+        # Batch 1 and batch 8: Metal keeps inputs under 8 elements in constant memory, which is
+        # a separate compile; CUDA reuses the first build.
+        for batch in (1, 8):
+            queries = mx.zeros((batch, gqa, 1, head_dim), dtype=dtype)
+            tables = mx.array([[2 * b + 1, 2 * b + 2] for b in range(batch)], dtype=mx.int32)
+            lens = mx.full((batch,), block_size + 1, dtype=mx.int32)
+            mx.eval(paged_attention_decode(queries, pages, pages, tables, lens, scale=1.0,
+                                           window=window, backend=backend,
+                                           single_pass=variant))
+        if progress is not None:
+            for spec in specs:
+                progress(spec, (time.perf_counter() - tic) / len(specs))
+    return [single, part1, part2]

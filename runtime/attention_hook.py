@@ -13,6 +13,7 @@ from typing import Optional
 import mlx.core as mx
 import mlx_lm.models.base as base
 
+from mlx_paged.kernels.paged_attention import paged_attention_decode
 from mlx_paged.kernels.paged_attention_reference import paged_attention_reference
 
 from .paged_cache import PagedLayerCache, PagedMask
@@ -32,13 +33,28 @@ UNSUPPORTED_MODEL_TYPES = {
 
 def paged_scaled_dot_product_attention(queries, keys, values, cache, scale: float,
                                        mask, sinks: Optional[mx.array] = None) -> mx.array:
-    """Drop-in for mlx-lm's `scaled_dot_product_attention` that understands paged caches."""
+    """Drop-in for mlx-lm's `scaled_dot_product_attention` that understands paged caches.
+
+    Decode steps (one query per row) run the generated kernel when the pool has a kernel
+    backend; prefill, attention sinks and the CPU run the reference. Every call is counted by
+    path in `pool.attention_calls`.
+    """
     if isinstance(cache, PagedLayerCache):
         meta = cache.metadata
+        pool = cache.pool
         window = mask.window if isinstance(mask, PagedMask) else None
+        phase = "decode" if meta.num_query_tokens == 1 else "prefill"
+        if phase == "decode" and pool.decode_backend is not None and sinks is None:
+            pool.attention_calls["kernel", phase] += 1
+            return paged_attention_decode(
+                queries, cache.k_pages, cache.v_pages, meta.block_tables, meta.context_lens,
+                scale=scale, window=window, backend=pool.decode_backend)
+        pool.attention_calls["reference", phase] += 1
         return paged_attention_reference(
             queries, cache.k_pages, cache.v_pages, meta.block_tables, meta.context_lens,
             meta.query_positions, scale=scale, window=window, sinks=sinks)
+    if hasattr(cache, "observe_queries"):  # the layout probe at load
+        cache.observe_queries(queries)
     return _original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
 

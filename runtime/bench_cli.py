@@ -49,6 +49,35 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="bench/out/prefix-cache.json", help="JSON results file")
     p.set_defaults(run=_bench("prefix_cache"))
 
-    for name, issue in (("kernels", "arrives with the kernel issue"),
-                        ("serve", "a server load benchmark is not written yet")):
-        sub.add_parser(name, help=f"({issue})").set_defaults(run=_not_yet(name, issue))
+    p = sub.add_parser("kernels", help="paged decode kernel vs MLX SDPA, gather+SDPA, torch SDPA "
+                                       "and copy bandwidth (GPU)")
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32, 64, 128])
+    p.add_argument("--context", type=int, nargs="+", default=[512, 2048, 8192, 32768])
+    p.add_argument("--num-heads", type=int, default=32)
+    p.add_argument("--num-kv-heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    p.add_argument("--pool-gb", type=float, default=1.0,
+                   help="smallest page pool, in GiB (keep it well above the GPU's cache)")
+    p.add_argument("--max-kv-gb", type=float, default=8.0,
+                   help="skip shapes whose K+V exceed this many GiB")
+    p.add_argument("--out", default="bench/out/kernels", help="folder for kernels.json/.png")
+    p.add_argument("--replot", default=None, metavar="JSON",
+                   help="only redraw the plot of an earlier run's kernels.json")
+    p.set_defaults(run=_bench("kernels"))
+
+    p = sub.add_parser("decode", help="end-to-end decode tok/s at a large batch: paged + kernel, "
+                                      "paged + reference, contiguous, BatchGenerator")
+    p.add_argument("--model", default=None,
+                   help="model (default: a random ~1B llama built on the fly)")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--prompt", type=int, default=2048, help="prompt tokens per sequence")
+    p.add_argument("--new", type=int, default=128, help="new tokens per sequence")
+    p.add_argument("--prefill-batch", type=int, default=8, help="sequences prefilling at once")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", default="bench/out/decode.json", help="JSON results file")
+    p.set_defaults(run=_bench("decode"))
+
+    name, issue = "serve", "a server load benchmark is not written yet"
+    sub.add_parser(name, help=f"({issue})").set_defaults(run=_not_yet(name, issue))

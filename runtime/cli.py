@@ -78,6 +78,10 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
                         "memory)")
     p.add_argument("--num-blocks", type=_positive, default=None,
                    help="KV pool size in blocks (wins over --kv-budget)")
+    p.add_argument("--paged-attention", choices=["auto", "kernel", "reference"], default="auto",
+                   help="decode attention over pages: the generated Metal/CUDA kernel on a GPU "
+                        "(auto, the default; 'kernel' fails without one) or gather + SDPA "
+                        "('reference', also the CPU path)")
     p.add_argument("--no-prefix-caching", action="store_true",
                    help="turn off automatic prefix caching (paged path)")
     p.add_argument("--api-key", default=None,
@@ -100,7 +104,8 @@ def serve(args: argparse.Namespace) -> int:
                           prefill_step_size=args.prefill_step_size,
                           block_size=args.block_size, kv_budget_bytes=args.kv_budget,
                           num_blocks=args.num_blocks,
-                          enable_prefix_caching=not args.no_prefix_caching)
+                          enable_prefix_caching=not args.no_prefix_caching,
+                          paged_attention=args.paged_attention)
     try:
         model, tokenizer, model_id, model_config = load_model(args.model, args.chat_template)
     except (RuntimeError, ValueError, OSError) as exc:
@@ -176,10 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench_parsers(bench_sub)
 
-    kernels = sub.add_parser("kernels", help="inspect generated kernels")
-    kernels.add_argument("action", choices=["list", "render"])
-    kernels.add_argument("spec", nargs="?")
-    kernels.add_argument("--backend", choices=["metal", "cuda"], default="metal")
+    from .kernels_cli import add_kernels_parser
+
+    add_kernels_parser(sub)
     return parser
 
 
@@ -189,13 +193,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
         return serve(args)
-    if args.command == "bench":
-        return args.run(args)
-    if args.command == "kernels":
-        print("mlx-paged kernels: kernel code generation is not implemented yet (the paged "
-              "decode kernel lands with the kernel issue)", file=sys.stderr)
-        return 2
-    return 2
+    return args.run(args)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+PAGED_ATTENTION_MODES = ("auto", "kernel", "reference")
+
 
 @dataclass(slots=True)
 class EngineConfig:
@@ -17,6 +19,9 @@ class EngineConfig:
         prefill_step_size: prompt tokens per request per step (`--prefill-step-size`).
         max_model_len: longest prompt + output; None takes the model's own context length.
         block_size, kv_budget_bytes, num_blocks, enable_prefix_caching: the paged KV pool.
+        paged_attention: decode attention over pages: "auto" (the generated kernel on a Metal
+            or CUDA GPU, the reference elsewhere), "kernel" (fail at load without one) or
+            "reference" (gather pages + SDPA everywhere).
     """
 
     kv_paged: bool = True
@@ -28,10 +33,14 @@ class EngineConfig:
     kv_budget_bytes: Optional[int] = None
     num_blocks: Optional[int] = None
     enable_prefix_caching: bool = True
+    paged_attention: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_prefill_seqs", "prefill_step_size", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.paged_attention not in PAGED_ATTENTION_MODES:
+            raise ValueError(f"paged_attention must be one of {', '.join(PAGED_ATTENTION_MODES)}"
+                             f", got {self.paged_attention!r}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")

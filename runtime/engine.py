@@ -91,6 +91,7 @@ class Engine:
                 model, (model_config or {}).get("model_type", ""), block_size=config.block_size,
                 kv_budget_bytes=config.kv_budget_bytes, num_blocks=config.num_blocks,
                 enable_prefix_caching=config.enable_prefix_caching,
+                paged_attention=config.paged_attention,
                 max_num_tokens=config.max_num_seqs * self.max_model_len)
         else:
             self.runner = ContiguousRunner(model, prefill_step_size=config.prefill_step_size)

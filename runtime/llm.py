@@ -34,6 +34,7 @@ class LLM:
         model: an mlx-lm folder or hub name; None is the embedded SmolLM2-135M-Instruct.
         kv_paged: the paged KV path (default); False is the contiguous path, token-exact with
             mlx-lm's BatchGenerator.
+        paged_attention: "auto", "kernel" or "reference" decode attention over pages.
         block_size, num_blocks, kv_budget_bytes, enable_prefix_caching: the paged KV pool
             (`num_blocks` wins over `kv_budget_bytes`; neither: 10% of device memory).
         max_num_seqs: most sequences decoding at once.
@@ -46,12 +47,14 @@ class LLM:
                  max_num_seqs: int = 32, max_num_prefill_seqs: int = 8,
                  prefill_step_size: int = 2048, chat_template: Optional[str] = None,
                  block_size: int = 16, num_blocks: Optional[int] = None,
-                 kv_budget_bytes: Optional[int] = None, enable_prefix_caching: bool = True):
+                 kv_budget_bytes: Optional[int] = None, enable_prefix_caching: bool = True,
+                 paged_attention: str = "auto"):
         config = EngineConfig(kv_paged=kv_paged, max_num_seqs=max_num_seqs,
                               max_num_prefill_seqs=max_num_prefill_seqs,
                               prefill_step_size=prefill_step_size, block_size=block_size,
                               num_blocks=num_blocks, kv_budget_bytes=kv_budget_bytes,
-                              enable_prefix_caching=enable_prefix_caching)
+                              enable_prefix_caching=enable_prefix_caching,
+                              paged_attention=paged_attention)
         self.model, self.tokenizer, self.model_id, model_config = load_model(model, chat_template)
         self.engine = Engine(self.model, self.tokenizer, config, model_config)
 

@@ -63,6 +63,12 @@ def render_prometheus(engine) -> str:
         metric("mlx_paged_kv_blocks_cached", "gauge",
                "Free KV blocks that still hold a cached prefix (evictable).", cached)
         metric("mlx_paged_kv_block_size", "gauge", "Tokens per KV block.", engine.kv.block_size)
+        calls = engine.runner.pool.attention_calls
+        for path in ("kernel", "reference"):
+            for phase in ("decode", "prefill"):
+                metric("mlx_paged_attention_calls_total", "counter",
+                       "Paged attention calls (one per layer per forward) by path and phase.",
+                       calls[path, phase], f'{{path="{path}",phase="{phase}"}}')
     metric("mlx_paged_decode_seconds_total", "counter", "Time in decode steps.",
            round(m.decode_seconds_total, 6))
     metric("mlx_paged_prefill_seconds_total", "counter", "Time in prompt steps.",

@@ -9,6 +9,7 @@ and the patched attention (`attention_hook.py`) reads the pages through the bloc
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Optional
 
@@ -45,6 +46,10 @@ class PagedKVPool:
                  head_dim: int, dtype=mx.float32):
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
         self.num_blocks, self.block_size = num_blocks, block_size
+        # Set by the paged setup: "metal"/"cuda" when decode runs the generated kernel.
+        self.decode_backend: Optional[str] = None
+        # (path, phase) -> attention calls, one per layer per forward; shown in /metrics.
+        self.attention_calls: Counter = Counter()
         self.k_pages = [mx.zeros(shape, dtype=dtype) for _ in range(num_layers)]
         self.v_pages = [mx.zeros(shape, dtype=dtype) for _ in range(num_layers)]
         mx.eval(self.k_pages, self.v_pages)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Optional
 
 import mlx.core as mx
@@ -30,25 +31,45 @@ def device_memory_bytes() -> int:
 
 
 class _ProbeCache:
-    """Records the K/V shape and dtype each layer produces, on a one-token forward."""
+    """Records the K/V (and, through the attention hook, query) shapes each layer produces and
+    the sliding windows it asks masks for, on a one-token forward."""
 
     offset = 0
 
-    def __init__(self, sink: list):
-        self.sink = sink
+    def __init__(self, sink: list, queries: list, windows: set):
+        self.sink, self.queries, self.windows = sink, queries, windows
 
     def update_and_fetch(self, keys, values):
         self.sink.append((keys.shape[1], keys.shape[3], values.shape[3], keys.dtype))
         return keys, values
 
+    def observe_queries(self, queries) -> None:
+        self.queries.append((queries.shape[1], queries.dtype))
+
     def make_mask(self, N, return_array=False, window_size=None):
+        self.windows.add(window_size)
         return None
 
 
-def probe_kv_layout(model) -> tuple[int, int, int, mx.Dtype]:
-    """(num_layers, num_kv_heads, head_dim, dtype) of the K/V the model writes."""
+@dataclass(frozen=True)
+class KVLayout:
+    """What the paged pool and the decode kernels need to know about a model's attention."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: mx.Dtype
+    num_heads: Optional[int]    # query heads (None when attention bypassed the hook)
+    query_dtype: Optional[mx.Dtype]
+    sliding_window: bool        # some layer attends through a sliding window
+
+
+def probe_kv_layout(model) -> KVLayout:
+    """The K/V layout the model writes, seen on a one-token forward."""
     seen: list = []
-    caches = [_ProbeCache(seen) for _ in range(len(model.layers))]
+    queries: list = []
+    windows: set = set()
+    caches = [_ProbeCache(seen, queries, windows) for _ in range(len(model.layers))]
     mx.eval(model(mx.array([[0]]), cache=caches))
     shapes = {s[:3] for s in seen}
     if len(seen) != len(model.layers) or len(shapes) != 1:
@@ -57,21 +78,72 @@ def probe_kv_layout(model) -> tuple[int, int, int, mx.Dtype]:
     heads, k_dim, v_dim = shapes.pop()
     if k_dim != v_dim:
         raise ValueError("the paged KV path needs equal K and V head sizes: use --kv-paged off")
-    return len(seen), heads, k_dim, seen[0][3]
+    q_shapes = set(queries)
+    num_heads, q_dtype = q_shapes.pop() if len(q_shapes) == 1 else (None, None)
+    return KVLayout(len(seen), heads, k_dim, seen[0][3], num_heads, q_dtype,
+                    any(w is not None for w in windows))
+
+
+def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> Optional[str]:
+    """The backend whose generated kernel will run decode attention, or None for the reference.
+
+    "auto" takes the kernel when MLX runs on a Metal/CUDA GPU and the model's shapes are ones
+    the kernels are generated for (else it logs why not); "kernel" raises instead.
+    """
+    from mlx_paged.codegen.spec import UnsupportedSpecError
+    from mlx_paged.kernels.paged_attention import current_backend, decode_specs, warm_up
+
+    if mode == "reference":
+        return None
+    backend = current_backend()
+    try:
+        if backend is None:
+            raise UnsupportedSpecError(f"MLX runs on {mx.default_device()}, and the paged "
+                                       f"decode kernels need a Metal or CUDA GPU")
+        if layout.num_heads is None or layout.num_heads % layout.num_kv_heads:
+            raise UnsupportedSpecError("the model's query heads could not be matched to its "
+                                       "KV heads")
+        if layout.query_dtype != layout.dtype:
+            raise UnsupportedSpecError(f"queries are {layout.query_dtype} but the cache is "
+                                       f"{layout.dtype}")
+        decode_specs(backend, layout.dtype, layout.head_dim, block_size,
+                     layout.num_heads // layout.num_kv_heads, layout.sliding_window)
+    except UnsupportedSpecError as exc:
+        if mode == "kernel":
+            raise ValueError(f"--paged-attention kernel: {exc}") from exc
+        logger.info("paged decode attention: reference path (%s)", exc)
+        return None
+    gqa = layout.num_heads // layout.num_kv_heads
+    windows = (False, True) if layout.sliding_window else (False,)
+    count = [0]
+
+    def progress(spec, seconds):
+        count[0] += 1
+        logger.info("compiled kernel %d/%d %s (%.1f s)", count[0], 3 * len(windows),
+                    spec.name, seconds)
+
+    logger.info("paged decode attention: %s kernels; compiling %d specs", backend,
+                3 * len(windows))
+    for sliding in windows:
+        warm_up(backend, layout.dtype, layout.head_dim, block_size, gqa, sliding, progress)
+    return backend
 
 
 def build_paged_path(model, model_type: str, *, block_size: int,
                      kv_budget_bytes: Optional[int], num_blocks: Optional[int],
-                     enable_prefix_caching: bool, max_num_tokens: Optional[int] = None
-                     ) -> tuple[PagedRunner, KVCacheManager]:
+                     enable_prefix_caching: bool, max_num_tokens: Optional[int] = None,
+                     paged_attention: str = "auto") -> tuple[PagedRunner, KVCacheManager]:
     """Check the model, size the pool and return (runner, kv manager).
 
     The pool is `num_blocks`, else `kv_budget_bytes`, else 10% of device memory but never more
-    than `max_num_tokens` (all sequences at full context) could use.
+    than `max_num_tokens` (all sequences at full context) could use. Decode attention runs the
+    generated kernel per `paged_attention` (see `select_decode_kernel`).
     """
     check_model_supported(model_type)
     install_attention_hook()
-    num_layers, heads, head_dim, dtype = probe_kv_layout(model)
+    layout = probe_kv_layout(model)
+    num_layers, heads, head_dim, dtype = (layout.num_layers, layout.num_kv_heads,
+                                          layout.head_dim, layout.dtype)
     block_bytes = 2 * num_layers * block_size * heads * head_dim * dtype.size
     if num_blocks is None:
         budget = kv_budget_bytes
@@ -84,6 +156,7 @@ def build_paged_path(model, model_type: str, *, block_size: int,
         raise ValueError(f"the KV budget holds {num_blocks} blocks of {block_bytes} bytes; "
                          f"it needs at least 2: raise --kv-budget")
     pool = PagedKVPool(num_layers, num_blocks, block_size, heads, head_dim, dtype)
+    pool.decode_backend = select_decode_kernel(layout, block_size, paged_attention)
     kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching)
     logger.info("paged KV: %d blocks x %d tokens (%.1f MiB, %d B/token), prefix caching %s",
                 num_blocks, block_size, pool.nbytes / 2**20, block_bytes // block_size,

@@ -43,8 +43,9 @@ def build_tokenizer(out: Path):
     return hf
 
 
-def build_model(out: Path, model_type: str, seed: int = 0) -> Path:
-    """Write a tiny random `model_type` model with its tokenizer into `out` and return it."""
+def build_model(out: Path, model_type: str, seed: int = 0, **overrides) -> Path:
+    """Write a tiny random `model_type` model with its tokenizer into `out` and return it;
+    `overrides` replace config entries (e.g. head_dim=64 for the GPU kernels)."""
     import importlib
 
     from mlx_lm.utils import save_config, save_model
@@ -53,7 +54,7 @@ def build_model(out: Path, model_type: str, seed: int = 0) -> Path:
     hf = build_tokenizer(out)
     config = {"model_type": model_type, **BASE_CONFIG, **EXTRA[model_type],
               "vocab_size": len(hf), "bos_token_id": hf.bos_token_id,
-              "eos_token_id": hf.eos_token_id}
+              "eos_token_id": hf.eos_token_id, **overrides}
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(seed)
     model = module.Model(module.ModelArgs.from_dict(config))

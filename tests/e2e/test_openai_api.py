@@ -154,6 +154,9 @@ def test_metrics_names(server):
                  "mlx_paged_generation_tokens_total"):
         assert name in m
     assert m["mlx_paged_generation_tokens_total"] > 0
+    # On this CPU machine every decode step ran the reference attention, none the kernel.
+    assert m['mlx_paged_attention_calls_total{path="reference",phase="decode"}'] > 0
+    assert m['mlx_paged_attention_calls_total{path="kernel",phase="decode"}'] == 0
 
 
 def test_request_logs_do_not_carry_headers(server):

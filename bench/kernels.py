@@ -1,0 +1,256 @@
+"""Decode attention over a KV cache: the paged kernel next to its peers, on the same data.
+
+For each (batch, context) shape: a page pool at least `--pool-gb` large (several times the GPU's
+cache) with shuffled block ids; the paged kernel (auto routing, and each variant forced), MLX's
+`scaled_dot_product_attention` on contiguous K/V, gather-then-SDPA (the reference), PyTorch's SDPA
+when torch is importable, and the device copy bandwidth measured in the same run. Every method's
+output is checked against the paged kernel's, so they all computed the same attention.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
+from mlx_paged.kernels.paged_attention_reference import gather_pages, paged_attention_reference
+
+METHODS = ("paged", "paged_1pass", "paged_2pass", "paged_2pass_p128", "mlx_sdpa",
+           "gather_sdpa", "torch_sdpa")
+_DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
+
+
+def _median_seconds(run_once, sync, target_s: float, repeats: int) -> float:
+    """Median seconds per call; each sample runs enough calls back to back to last `target_s`."""
+    sync(run_once(1))
+    tic = time.perf_counter()
+    sync(run_once(1))
+    single = time.perf_counter() - tic
+    iters = max(2, min(200, int(target_s / max(single, 1e-6))))
+    samples = []
+    for _ in range(repeats):
+        tic = time.perf_counter()
+        sync(run_once(iters))
+        samples.append((time.perf_counter() - tic) / iters)
+    return statistics.median(samples)
+
+
+def time_mlx(fn, target_s: float = 0.05, repeats: int = 7) -> float:
+    """`fn()` returns an mx.array; calls are queued back to back and evaluated together."""
+    def run(n):
+        return [fn() for _ in range(n)]
+
+    def sync(outs):
+        mx.eval(outs)
+        mx.synchronize()
+    return _median_seconds(run, sync, target_s, repeats)
+
+
+def time_torch(fn, target_s: float = 0.05, repeats: int = 7) -> float:
+    import torch
+
+    def run(n):
+        return [fn() for _ in range(n)]
+    return _median_seconds(run, lambda _: torch.cuda.synchronize(), target_s, repeats)
+
+
+def copy_bandwidth(nbytes: int = 2 << 30) -> dict:
+    """Device copy bandwidth (bytes read + written per second), with MLX and with torch."""
+    x = mx.random.uniform(shape=(nbytes // 4,))
+    mx.eval(x)
+    result = {"mlx_copy_tb_s": 2 * nbytes / time_mlx(lambda: x + 1.0) / 1e12}
+    torch = _torch()
+    if torch is not None:
+        src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
+        dst = torch.empty_like(src)
+        result["torch_copy_tb_s"] = 2 * nbytes / time_torch(lambda: dst.copy_(src)) / 1e12
+        del src, dst
+    result["copy_tb_s"] = max(result.values())
+    return result
+
+
+def _torch():
+    try:
+        import torch
+        return torch if torch.cuda.is_available() else None
+    except ImportError:
+        return None
+
+
+def _to_torch(a: mx.array):
+    """An MLX array as a CUDA torch tensor with the same values (DLPack, else host memory)."""
+    torch = _torch()
+    try:
+        t = torch.from_dlpack(a)
+        if t.is_cuda:
+            return t.clone()
+    except Exception:  # noqa: BLE001 - any DLPack failure falls back to the host copy
+        pass
+    if a.dtype == mx.bfloat16:
+        host = np.asarray(a.view(mx.uint16))
+        return torch.from_numpy(host.view(np.int16)).cuda().view(torch.bfloat16)
+    return torch.from_numpy(np.array(a)).cuda()
+
+
+def make_problem(batch: int, context: int, *, num_heads: int, num_kv_heads: int, head_dim: int,
+                 block_size: int, dtype, pool_bytes: int, seed: int = 0):
+    """Pool, shuffled tables and queries for `batch` rows of `context` tokens each."""
+    per_row = math.ceil(context / block_size)
+    block_bytes = 2 * block_size * num_kv_heads * head_dim * dtype.size
+    num_blocks = max(batch * per_row + 1, pool_bytes // block_bytes)
+    rng = np.random.default_rng(seed)
+    ids = rng.permutation(np.arange(1, num_blocks))[:batch * per_row]
+    tables = mx.array(ids.reshape(batch, per_row).astype(np.int32))
+    mx.random.seed(seed)
+    shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    k_pages = mx.random.normal(shape).astype(dtype)
+    v_pages = mx.random.normal(shape).astype(dtype)
+    queries = mx.random.normal((batch, num_heads, 1, head_dim)).astype(dtype)
+    lens = mx.full((batch,), context, dtype=mx.int32)
+    mx.eval(k_pages, v_pages, queries, tables, lens)
+    return queries, k_pages, v_pages, tables, lens
+
+
+def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
+    dtype = _DTYPES[args.dtype]
+    q, k_pages, v_pages, tables, lens = make_problem(
+        batch, context, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
+        head_dim=args.head_dim, block_size=args.block_size, dtype=dtype,
+        pool_bytes=int(args.pool_gb * 2**30))
+    scale = args.head_dim ** -0.5
+    kv_bytes = 2 * batch * context * args.num_kv_heads * args.head_dim * dtype.size
+    positions = (lens - 1)[:, None]
+    runs = {
+        "paged": lambda: paged_attention_decode(q, k_pages, v_pages, tables, lens, scale=scale),
+        "paged_1pass": lambda: paged_attention_decode(q, k_pages, v_pages, tables, lens,
+                                                      scale=scale, single_pass=True),
+        "paged_2pass": lambda: paged_attention_decode(q, k_pages, v_pages, tables, lens,
+                                                      scale=scale, single_pass=False),
+        "paged_2pass_p128": lambda: paged_attention_decode(
+            q, k_pages, v_pages, tables, lens, scale=scale, single_pass=False,
+            partition_size=128),
+        "gather_sdpa": lambda: paged_attention_reference(q, k_pages, v_pages, tables, lens,
+                                                         positions, scale=scale),
+    }
+    row = {"batch": batch, "context": context, "kv_bytes": kv_bytes, "us": {}, "tb_s": {},
+           "max_abs_diff_vs_paged": {}}
+    outputs = {name: fn() for name, fn in runs.items()}
+    for name, fn in runs.items():
+        row["us"][name] = time_mlx(fn) * 1e6
+    # Contiguous copies of the same K/V for the dense peers.
+    k = mx.contiguous(gather_pages(k_pages, tables)[:, :, :context])
+    v = mx.contiguous(gather_pages(v_pages, tables)[:, :, :context])
+    mx.eval(k, v)
+    outputs["mlx_sdpa"] = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
+    row["us"]["mlx_sdpa"] = time_mlx(
+        lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)) * 1e6
+    if torch_ok:
+        import torch
+        import torch.nn.functional as F
+        tq, tk, tv = _to_torch(q), _to_torch(k), _to_torch(v)
+        del k, v
+        gqa = args.num_heads != args.num_kv_heads
+        tout = F.scaled_dot_product_attention(tq, tk, tv, scale=scale, enable_gqa=gqa)
+        torch.cuda.synchronize()
+        outputs["torch_sdpa"] = mx.array(tout.float().cpu().numpy())
+        row["us"]["torch_sdpa"] = time_torch(
+            lambda: F.scaled_dot_product_attention(tq, tk, tv, scale=scale,
+                                                   enable_gqa=gqa)) * 1e6
+        del tq, tk, tv, tout
+    else:
+        del k, v
+    reference = outputs["paged"].astype(mx.float32)
+    for name, out in outputs.items():
+        row["max_abs_diff_vs_paged"][name] = mx.max(
+            mx.abs(out.astype(mx.float32) - reference)).item()
+    row["tb_s"] = {name: kv_bytes / (us * 1e-6) / 1e12 for name, us in row["us"].items()}
+    mx.clear_cache()
+    return row
+
+
+def print_row(row: dict, copy_tb_s: float) -> None:
+    cells = "  ".join(f"{name} {row['us'][name]:9.1f}us {row['tb_s'][name]:5.2f}TB/s"
+                      for name in METHODS if name in row["us"])
+    print(f"B={row['batch']:4d} T={row['context']:6d} KV={row['kv_bytes'] / 2**20:8.1f}MiB  "
+          f"{cells}  paged/copy {row['tb_s']['paged'] / copy_tb_s:4.0%}", flush=True)
+
+
+def plot(result: dict, path: Path) -> bool:
+    """Achieved TB/s vs context, one line per method, one panel per batch size."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install matplotlib)")
+        return False
+    batches = sorted({r["batch"] for r in result["rows"]})
+    fig, axes = plt.subplots(1, len(batches), figsize=(4 * len(batches), 3.6), squeeze=False)
+    for ax, batch in zip(axes[0], batches):
+        rows = [r for r in result["rows"] if r["batch"] == batch]
+        for name in METHODS:
+            pts = [(r["context"], r["tb_s"][name]) for r in rows if name in r["tb_s"]]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=name)
+        ax.axhline(result["copy"]["copy_tb_s"], color="gray", linestyle="--", label="copy")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"batch {batch}")
+        ax.set_xlabel("context (tokens)")
+        ax.set_ylabel("TB/s (K+V bytes / time)")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(result["title"], fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main(args) -> int:
+    if args.replot:
+        result = json.loads(Path(args.replot).read_text())
+        out = Path(args.replot).with_suffix(".png")
+        if not plot(result, out):
+            return 1
+        print(f"wrote {out}")
+        return 0
+    backend = current_backend()
+    if backend is None:
+        print("mlx-paged bench kernels needs MLX on a GPU (Metal or CUDA); this machine runs "
+              f"MLX on {mx.default_device()}")
+        return 2
+    torch_ok = _torch() is not None
+    copy = copy_bandwidth()
+    print("device copy bandwidth (TB/s): " + ", ".join(f"{k} {v:.2f}" for k, v in copy.items()))
+    dtype_size = _DTYPES[args.dtype].size
+    rows = []
+    for batch in args.batch:
+        for context in args.context:
+            kv = 2 * batch * context * args.num_kv_heads * args.head_dim * dtype_size
+            if kv > args.max_kv_gb * 2**30:
+                continue
+            row = bench_shape(batch, context, args, torch_ok)
+            rows.append(row)
+            print_row(row, copy["copy_tb_s"])
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = {
+        "title": (f"paged decode attention, {args.num_heads}q/{args.num_kv_heads}kv heads, "
+                  f"hd{args.head_dim}, {args.dtype}, block {args.block_size}, "
+                  f"{mx.device_info().get('device_name', backend)}"),
+        "backend": backend, "device": mx.device_info().get("device_name", ""),
+        "mlx": mx.__version__, "machine": platform.machine(), "statistic": "median",
+        "torch": (__import__("torch").__version__ if torch_ok else None),
+        "copy": copy, "config": {k: v for k, v in vars(args).items() if k != "run"},
+        "rows": rows,
+    }
+    (out_dir / "kernels.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out_dir / 'kernels.json'}")
+    if plot(result, out_dir / "kernels.png"):
+        print(f"wrote {out_dir / 'kernels.png'}")
+    return 0

@@ -1,0 +1,78 @@
+"""`mlx-paged kernels list|render`: what the code generator makes, for kernel authors."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_kernels_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("kernels", help="list or render the generated kernels")
+    p.add_argument("action", choices=["list", "render"])
+    p.add_argument("spec", nargs="?", help="a spec name from `kernels list` (render)")
+    p.add_argument("--backend", choices=["metal", "cuda"], default=None,
+                   help="list this backend's specs / render the spec for this backend")
+    p.add_argument("--full", action="store_true",
+                   help="render: the complete Metal source MLX generates (signature included), "
+                        "captured through mx.export_function; Metal only")
+    p.add_argument("--check", action="store_true",
+                   help="render: also run the clang compile check on the complete Metal source")
+    p.set_defaults(run=run_kernels)
+
+
+def run_kernels(args: argparse.Namespace) -> int:
+    from mlx_paged.codegen.build import KernelRenderError, define
+    from mlx_paged.codegen.catalog import all_specs
+    from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
+
+    if args.action == "list":
+        backends = [args.backend] if args.backend else ["metal", "cuda"]
+        count = 0
+        for backend in backends:
+            for spec in all_specs(backend):
+                print(spec.name)
+                count += 1
+        print(f"{count} specs", file=sys.stderr)
+        return 0
+    if not args.spec:
+        print("mlx-paged kernels render: give a spec name, e.g. "
+              "paged_decode_metal_bf16_hd128_bs16_g4_p512 (see `mlx-paged kernels list`)",
+              file=sys.stderr)
+        return 2
+    try:
+        spec = KernelSpec.parse(args.spec)
+        if args.backend:
+            spec = spec.with_backend(args.backend)
+        defn = define(spec)
+    except (UnsupportedSpecError, KernelRenderError) as exc:
+        print(f"mlx-paged kernels render: {exc}", file=sys.stderr)
+        return 2
+    geometry = defn.notes.get("geometry")
+    print(f"// {spec.name}: inputs {', '.join(defn.input_names)}; outputs "
+          f"{', '.join(defn.output_names)}; {defn.threads_per_threadgroup} threads/threadgroup, "
+          f"{defn.threadgroup_bytes} B threadgroup memory"
+          + (f"; {geometry}" if geometry else ""), file=sys.stderr)
+    if args.full or args.check:
+        if spec.backend != "metal":
+            print("mlx-paged kernels render: --full/--check apply to Metal sources",
+                  file=sys.stderr)
+            return 2
+        from mlx_paged.codegen.metal_capture import capture_metal_source
+        from mlx_paged.codegen.metal_check import MetalCheckError, check_metal_source
+
+        source = capture_metal_source(spec)
+        print(source, end="")
+        if args.check:
+            try:
+                check_metal_source(source, spec.name)
+            except MetalCheckError as exc:
+                print(exc, file=sys.stderr)
+                return 1
+            print(f"// {spec.name}: clang compile check passed", file=sys.stderr)
+        return 0
+    if defn.header:
+        print("// ---- header ----")
+        print(defn.header)
+        print("// ---- body ----")
+    print(defn.source, end="")
+    return 0

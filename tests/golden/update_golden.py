@@ -1,0 +1,38 @@
+"""Regenerate the Metal golden files after an intended kernel change:
+
+    .venv/bin/python tests/golden/update_golden.py
+
+Writes the full MSL of the representative specs (`metal/<spec>.metal`, reviewable) and the
+SHA-256 of every spec's MSL (`metal/manifest.txt`). Review the diff before committing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from mlx_paged.codegen.catalog import all_specs, representative_specs
+from mlx_paged.codegen.metal_capture import capture_metal_source
+
+HERE = Path(__file__).parent / "metal"
+
+
+def digest(source: str) -> str:
+    """The first 16 hex digits of the SHA-256: plenty to notice any change."""
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def main() -> None:
+    HERE.mkdir(exist_ok=True)
+    for old in HERE.glob("*.metal"):
+        old.unlink()
+    for spec in representative_specs("metal"):
+        (HERE / f"{spec.name}.metal").write_text(capture_metal_source(spec))
+    lines = [f"{spec.name} {digest(capture_metal_source(spec))}" for spec in all_specs("metal")]
+    (HERE / "manifest.txt").write_text("\n".join(lines) + "\n")
+    print(f"wrote {len(lines)} digests and {len(representative_specs('metal'))} sources "
+          f"under {HERE}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""The Metal rendering, as MLX itself wraps it: golden sources and a clang compile check.
+
+The complete MSL is captured through `mx.export_function` + `verbose=True` on this CPU build
+(MLX will not run a Metal kernel here, but prints what it would compile).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+
+from mlx_paged.codegen.build import define
+from mlx_paged.codegen.catalog import all_specs, representative_specs
+from mlx_paged.codegen.metal_capture import capture_metal_source, sample_inputs
+from mlx_paged.codegen.metal_check import MetalCheckError, check_metal_source
+from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
+from mlx_paged.kernels.paged_attention import paged_attention_decode
+
+GOLDEN = Path(__file__).parent.parent / "golden" / "metal"
+SPEC = KernelSpec("paged_decode", "metal", "bfloat16", 128, 16, 4, 512, True)
+
+
+def _manifest() -> dict[str, str]:
+    lines = (GOLDEN / "manifest.txt").read_text().splitlines()
+    return dict(line.split() for line in lines)
+
+
+@pytest.mark.parametrize("spec", representative_specs("metal"), ids=lambda s: s.name)
+def test_representative_sources_match_golden(spec):
+    golden = GOLDEN / f"{spec.name}.metal"
+    assert capture_metal_source(spec) == golden.read_text(), (
+        f"{spec.name} changed; if intended, run tests/golden/update_golden.py and review")
+
+
+def test_every_metal_spec_matches_its_digest_and_compiles():
+    manifest = _manifest()
+    specs = all_specs("metal")
+    assert sorted(manifest) == sorted(s.name for s in specs)
+    for spec in specs:
+        source = capture_metal_source(spec)
+        assert hashlib.sha256(source.encode()).hexdigest()[:16] == manifest[spec.name], (
+            f"{spec.name} changed; if intended, run tests/golden/update_golden.py")
+        check_metal_source(source, spec.name)
+
+
+def test_captured_source_is_mlx_wrapping_of_our_body():
+    source = capture_metal_source(SPEC)
+    body = define(SPEC).source
+    assert body.strip() in source
+    assert "[[kernel]] void custom_kernel_paged_decode_metal_bf16_hd128_bs16_g4_p512_sw" in source
+    # MLX added the attribute and stride arguments our body names, and nothing else.
+    for arg in ("uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]]",
+                "uint thread_index_in_simdgroup [[thread_index_in_simdgroup]]",
+                "const constant int64_t* k_pages_strides", "const device int32_t* seq_lens",
+                "const constant int32_t* window", "device float* partial_out"):
+        assert arg in source
+    assert "k_pages_shape" not in source and "thread_position_in_grid" not in source
+    assert "template [[host_name(" in source
+
+
+def _capture_with_body(spec: KernelSpec, body: str) -> str:
+    """MLX's wrapping of a modified body, captured the same way as the real one."""
+    import os
+    import re
+    import tempfile
+
+    defn = define(spec)
+    kernel = mx.fast.metal_kernel(name=spec.name + "_broken", input_names=list(defn.input_names),
+                                  output_names=list(defn.output_names), source=body,
+                                  header=defn.header, ensure_row_contiguous=False)
+    inputs, shapes, dtypes = sample_inputs(spec)
+
+    def call(*args):
+        return kernel(inputs=list(args), output_shapes=shapes, output_dtypes=dtypes,
+                      grid=(256, 8, 1), threadgroup=(128, 1, 1),
+                      template=[("T", mx.bfloat16)], verbose=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = os.dup(1)
+        try:
+            with open(os.path.join(tmp, "out"), "w") as sink:
+                os.dup2(sink.fileno(), 1)
+                mx.export_function(os.path.join(tmp, "k"), call, *inputs)
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        text = open(os.path.join(tmp, "out")).read()
+    return re.search(r"```\n(.*?)\n```", text, re.S).group(1)
+
+
+@pytest.mark.parametrize("breakage,replace,message", [
+    ("a misspelt variable", ("o_all / l_all", "o_all / l_sum"), "undeclared identifier"),
+    ("a CUDA builtin in Metal", ("threadgroup_barrier(mem_flags::mem_threadgroup)",
+                                  "__syncthreads()"), "__syncthreads"),
+    ("an error that only instantiation for T finds", ("static_cast<T>(o_all / l_all)",
+                                                       "static_cast<T>(o_all / l_all).bits"),
+     "no member named 'bits'"),
+    ("an ambiguous overload", ("max(pa_m[g], chunk_max)", "max(pa_m[g], pa_len)"),
+     "ambiguous"),
+])
+def test_compile_check_rejects_a_broken_body(breakage, replace, message):
+    spec = KernelSpec("paged_decode", "metal", "bfloat16", 128, 16, 4, 0)
+    body = define(spec).source
+    assert replace[0] in body, breakage
+    source = _capture_with_body(spec, body.replace(replace[0], replace[1]))
+    with pytest.raises(MetalCheckError, match=message):
+        check_metal_source(source, "broken")
+
+
+def test_kernels_refuse_to_run_on_the_cpu():
+    q = mx.zeros((1, 4, 1, 64))
+    pages = mx.zeros((2, 16, 2, 64))
+    with pytest.raises(UnsupportedSpecError, match="Metal or CUDA"):
+        paged_attention_decode(q, pages, pages, mx.array([[1]]), mx.array([3]), scale=1.0)

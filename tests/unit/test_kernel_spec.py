@@ -1,0 +1,104 @@
+"""KernelSpec names, the pass-1 geometry, and the render-time checks (pure Python + Jinja)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlx_paged.codegen.build import KernelDefinition, KernelRenderError, check_definition, define
+from mlx_paged.codegen.catalog import all_specs, representative_specs
+from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
+from mlx_paged.kernels.paged_attention import Geometry, geometry
+
+METAL_ATTRIBUTES = ("threadgroup_position_in_grid", "threadgroups_per_grid",
+                    "thread_index_in_simdgroup", "simdgroup_index_in_threadgroup",
+                    "thread_index_in_threadgroup")
+
+
+def test_name_says_the_variant_and_parses_back():
+    spec = KernelSpec("paged_decode", "metal", "bfloat16", 128, 16, 4, 512)
+    assert spec.name == "paged_decode_metal_bf16_hd128_bs16_g4_p512"
+    sw = KernelSpec("paged_decode_reduce", "cuda", "float32", 80, 8, 3, 128, True)
+    assert sw.name == "paged_decode_reduce_cuda_f32_hd80_bs8_g3_p128_sw"
+    for backend in ("metal", "cuda"):
+        for s in all_specs(backend):
+            assert KernelSpec.parse(s.name) == s
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(head_dim=48), "head_dim=48"), (dict(block_size=64), "block_size=64"),
+    (dict(gqa=9), "gqa=9"), (dict(dtype="int8"), "dtype='int8'"),
+    (dict(backend="vulkan"), "backend='vulkan'"), (dict(partition_size=100), "partition_size"),
+])
+def test_unsupported_values_raise_naming_the_spec(kwargs, message):
+    args = dict(op="paged_decode", backend="metal", dtype="bfloat16", head_dim=128,
+                block_size=16, gqa=4, partition_size=512) | kwargs
+    with pytest.raises(UnsupportedSpecError, match=message) as info:
+        KernelSpec(**args)
+    assert "paged_decode_" in str(info.value)
+
+
+def test_reduce_needs_a_partition_and_parse_rejects_garbage():
+    with pytest.raises(UnsupportedSpecError, match="partition"):
+        KernelSpec("paged_decode_reduce", "cuda", "float16", 64, 16, 1, 0)
+    with pytest.raises(UnsupportedSpecError, match="not a kernel spec name"):
+        KernelSpec.parse("paged_decode_metal_bf16_hd128")
+    with pytest.raises(UnsupportedSpecError, match="unknown kernel"):
+        KernelSpec.parse("flash_prefill_metal_bf16_hd128_bs16_g4_p0")
+
+
+@pytest.mark.parametrize("dtype,hd,bs,g,expected", [
+    ("bfloat16", 128, 16, 4, Geometry(nsg=4, tpr=16, epl=8, chunk=8, vector_loads=True)),
+    ("bfloat16", 128, 16, 8, Geometry(nsg=4, tpr=16, epl=8, chunk=4, vector_loads=True)),
+    ("float32", 128, 16, 4, Geometry(nsg=4, tpr=32, epl=4, chunk=8, vector_loads=True)),
+    ("bfloat16", 80, 8, 3, Geometry(nsg=4, tpr=8, epl=10, chunk=2, vector_loads=False)),
+    ("float32", 96, 32, 1, Geometry(nsg=4, tpr=16, epl=6, chunk=16, vector_loads=False)),
+    # 4 simdgroups x 8 heads x 256 dims of fp32 would need 33 KB: halved to 2 simdgroups.
+    ("bfloat16", 256, 16, 8, Geometry(nsg=2, tpr=32, epl=8, chunk=4, vector_loads=True)),
+])
+def test_geometry(dtype, hd, bs, g, expected):
+    assert geometry(KernelSpec("paged_decode", "cuda", dtype, hd, bs, g, 0)) == expected
+
+
+def test_every_spec_renders_for_both_backends_within_limits():
+    for backend in ("metal", "cuda"):
+        specs = all_specs(backend)
+        assert len(specs) == 5040
+        for spec in specs:
+            defn = define(spec)
+            assert defn.threadgroup_bytes <= 32 * 1024
+            assert f"// {spec.name}\n" in defn.source
+
+
+def test_metal_names_appear_literally_and_cuda_uses_its_own():
+    for metal in representative_specs("metal"):
+        source = define(metal).source
+        cuda = define(metal.with_backend("cuda"))
+        assert "simd_" in source and "threadgroup_position_in_grid" in source
+        assert not any(name in cuda.source for name in METAL_ATTRIBUTES)
+        assert "blockIdx" in cuda.source and "threadgroup_barrier" not in cuda.source
+        assert ("__shfl_xor_sync" in cuda.source) or ("mlx_paged_warp_" in cuda.source)
+        assert "__syncthreads" not in source and "__shfl" not in source
+        if metal.op == "paged_decode":
+            assert "threadgroup float tg_o[NSG][GQA][HEAD_DIM];" in source
+            assert "__shared__ float tg_o[NSG][GQA][HEAD_DIM];" in cuda.source
+
+
+def _definition(**changes) -> KernelDefinition:
+    spec = KernelSpec("paged_decode", "metal", "float16", 64, 16, 1, 0)
+    fields = dict(spec=spec, source="out[0] = inp[0];", header="", input_names=("inp",),
+                  output_names=("out",), threads_per_threadgroup=128, threadgroup_bytes=1024)
+    return KernelDefinition(**(fields | changes))
+
+
+def test_render_checks_reject_what_a_backend_cannot_run():
+    assert check_definition(_definition()).threadgroup_bytes == 1024
+    with pytest.raises(KernelRenderError, match="33000 bytes of threadgroup memory"):
+        check_definition(_definition(threadgroup_bytes=33000))
+    with pytest.raises(KernelRenderError, match="2048 threads"):
+        check_definition(_definition(threads_per_threadgroup=2048))
+    many = tuple(f"in{i}" for i in range(16))
+    body = " ".join(f"{n}[0]; {n}_strides[0];" for n in many) + " out[0];"
+    with pytest.raises(KernelRenderError, match="33 kernel arguments"):
+        check_definition(_definition(input_names=many, source=body))
+    with pytest.raises(KernelRenderError, match="'unused' is never used"):
+        check_definition(_definition(input_names=("inp", "unused")))
