@@ -3,6 +3,7 @@ pass; `paged_attention_reduce.jinja`, pass 2). The oracle is `paged_attention_re
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -87,6 +88,7 @@ def current_backend() -> Optional[str]:
 _DTYPE_NAMES = {mx.float16: "float16", mx.bfloat16: "bfloat16", mx.float32: "float32"}
 
 
+@functools.lru_cache(maxsize=None)
 def decode_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
                  sliding_window: bool, partition_size: int = DEFAULT_PARTITION_SIZE
                  ) -> tuple[KernelSpec, KernelSpec, KernelSpec]:
@@ -144,9 +146,9 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
         raise UnsupportedSpecError(f"{single.name}: queries {queries.shape} {queries.dtype} do "
                                    f"not match pages {k_pages.shape} {k_pages.dtype}")
     inputs = [queries, k_pages, v_pages, block_tables.astype(mx.int32),
-              seq_lens.astype(mx.int32), mx.array([scale], dtype=mx.float32)]
+              seq_lens.astype(mx.int32), _constant(float(scale), mx.float32)]
     if window is not None:
-        inputs.append(mx.array([window], dtype=mx.int32))
+        inputs.append(_constant(int(window), mx.int32))
     template = [("T", k_pages.dtype)]
     num_partitions = math.ceil(block_tables.shape[1] * block_size / partition_size)
     if single_pass is None:
@@ -170,6 +172,15 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
         inputs=reduce_inputs, template=template, grid=(num_heads * 32, num_seqs, 1),
         threadgroup=(32, 1, 1), output_shapes=[queries.shape],
         output_dtypes=[queries.dtype])[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _constant(value, dtype) -> mx.array:
+    """A shape-(1,) scalar input, made once per value: a fresh array every call would cost a
+    host-to-device transfer per layer per step."""
+    array = mx.array([value], dtype=dtype)
+    mx.eval(array)
+    return array
 
 
 def threads_of(spec: KernelSpec) -> int:

@@ -74,28 +74,44 @@ for (int g = 0; g < GQA; ++g) {
 
 const int pa_first_page = pa_begin / BLOCK_SIZE;
 const int pa_last_page = (pa_end - 1) / BLOCK_SIZE;
-const int64_t pa_head_off = int64_t(pa_kv_head) * k_pages_strides[2] + pa_sub * EPL;
+const int64_t pa_table_row = int64_t(pa_seq) * block_tables_strides[0];
+const int64_t pa_k_head = int64_t(pa_kv_head) * k_pages_strides[2] + pa_sub * EPL;
+const int64_t pa_v_head = int64_t(pa_kv_head) * v_pages_strides[2] + pa_sub * EPL;
+// The next page's block id is fetched one page ahead, off the K/V loads' critical path.
+int64_t pa_block = pa_first_page + pa_sg <= pa_last_page
+    ? int64_t(block_tables[pa_table_row + int64_t(pa_first_page + pa_sg) * block_tables_strides[1]]) : 0;
 for (int page = pa_first_page + pa_sg; page <= pa_last_page; page += NSG) {
-  const int64_t block = block_tables[int64_t(pa_seq) * block_tables_strides[0] + int64_t(page) * block_tables_strides[1]];
-  const int64_t page_off = block * k_pages_strides[0] + pa_head_off;
+  const int64_t block = pa_block;
+  if (page + NSG <= pa_last_page) {
+    pa_block = block_tables[pa_table_row + int64_t(page + NSG) * block_tables_strides[1]];
+  }
   for (int c0 = 0; c0 < TOK; c0 += CHUNK) {
+    // Issue every K and V load of the chunk before any math, to keep many bytes in flight.
+    T kr[CHUNK][EPL];
+    T vr[CHUNK][EPL];
+    #pragma unroll
+    for (int t = 0; t < CHUNK; ++t) {
+      const int64_t slot = (c0 + t) * RPW + pa_row;
+      #pragma unroll
+      for (int j = 0; j < (EPL); ++j) {
+        kr[t][j] = k_pages[(block * k_pages_strides[0] + slot * k_pages_strides[1] + pa_k_head) + j];
+      }
+      #pragma unroll
+      for (int j = 0; j < (EPL); ++j) {
+        vr[t][j] = v_pages[(block * v_pages_strides[0] + slot * v_pages_strides[1] + pa_v_head) + j];
+      }
+    }
     float s[GQA][CHUNK];
     bool valid[CHUNK];
     #pragma unroll
     for (int t = 0; t < CHUNK; ++t) {
-      const int slot = (c0 + t) * RPW + pa_row;
-      const int pos = page * BLOCK_SIZE + slot;
+      const int pos = page * BLOCK_SIZE + (c0 + t) * RPW + pa_row;
       valid[t] = pos >= pa_begin && pos < pa_end;
-      float kf[EPL];
-      #pragma unroll
-      for (int j = 0; j < (EPL); ++j) {
-        kf[j] = static_cast<float>(k_pages[(page_off + int64_t(slot) * k_pages_strides[1]) + j]);
-      }
       #pragma unroll
       for (int g = 0; g < GQA; ++g) {
         float acc = 0.0f;
         #pragma unroll
-        for (int i = 0; i < EPL; ++i) acc += pa_q[g][i] * kf[i];
+        for (int i = 0; i < EPL; ++i) acc += pa_q[g][i] * static_cast<float>(kr[t][i]);
         s[g][t] = acc;
       }
     }
@@ -128,16 +144,11 @@ for (int page = pa_first_page + pa_sg; page <= pa_last_page; page += NSG) {
     }
     #pragma unroll
     for (int t = 0; t < CHUNK; ++t) {
-      const int slot = (c0 + t) * RPW + pa_row;
-      float vf[EPL];
       #pragma unroll
-      for (int j = 0; j < (EPL); ++j) {
-        vf[j] = static_cast<float>(v_pages[(block * v_pages_strides[0] + int64_t(slot) * v_pages_strides[1] + int64_t(pa_kv_head) * v_pages_strides[2] + pa_sub * EPL) + j]);
-      }
-      #pragma unroll
-      for (int g = 0; g < GQA; ++g) {
+      for (int i = 0; i < EPL; ++i) {
+        const float v = static_cast<float>(vr[t][i]);
         #pragma unroll
-        for (int i = 0; i < EPL; ++i) pa_o[g][i] += s[g][t] * vf[i];
+        for (int g = 0; g < GQA; ++g) pa_o[g][i] += s[g][t] * v;
       }
     }
   }
