@@ -76,6 +76,27 @@ def copy_bandwidth(nbytes: int = 2 << 30) -> dict:
     return result
 
 
+def launch_floor() -> dict:
+    """Per-call time of a one-thread custom kernel and of SDPA on a tiny input: below these,
+    a measurement is MLX's dispatch cost, not the kernel's."""
+    backend = current_backend()
+    make = mx.fast.metal_kernel if backend == "metal" else mx.fast.cuda_kernel
+    kernel = make(name="mlx_paged_floor", input_names=["inp"], output_names=["out"],
+                  source="out[0] = inp[0];")
+    x = mx.zeros((1,))
+    mx.eval(x)
+    q = mx.zeros((1, 32, 1, 128), dtype=mx.bfloat16)
+    k = mx.zeros((1, 8, 16, 128), dtype=mx.bfloat16)
+    mx.eval(q, k)
+    return {
+        "custom_kernel_us": time_mlx(lambda: kernel(
+            inputs=[x], output_shapes=[(1,)], output_dtypes=[mx.float32], grid=(1, 1, 1),
+            threadgroup=(1, 1, 1))[0]) * 1e6,
+        "sdpa_16_tokens_us": time_mlx(
+            lambda: mx.fast.scaled_dot_product_attention(q, k, k, scale=1.0)) * 1e6,
+    }
+
+
 def _torch():
     try:
         import torch
@@ -227,6 +248,8 @@ def main(args) -> int:
     torch_ok = _torch() is not None
     copy = copy_bandwidth()
     print("device copy bandwidth (TB/s): " + ", ".join(f"{k} {v:.2f}" for k, v in copy.items()))
+    floor = launch_floor()
+    print("per-call floor (us): " + ", ".join(f"{k} {v:.1f}" for k, v in floor.items()))
     dtype_size = _DTYPES[args.dtype].size
     rows = []
     for batch in args.batch:
@@ -246,7 +269,7 @@ def main(args) -> int:
         "backend": backend, "device": mx.device_info().get("device_name", ""),
         "mlx": mx.__version__, "machine": platform.machine(), "statistic": "median",
         "torch": (__import__("torch").__version__ if torch_ok else None),
-        "copy": copy, "config": {k: v for k, v in vars(args).items() if k != "run"},
+        "copy": copy, "launch_floor": floor, "config": {k: v for k, v in vars(args).items() if k != "run"},
         "rows": rows,
     }
     (out_dir / "kernels.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -17,9 +17,12 @@ from mlx_paged.codegen.environment import render, render_macro
 from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
 
 DEFAULT_PARTITION_SIZE = 512
-# Single pass when the grid already has this many (sequence, KV head) threadgroups: then
-# splitting the context only adds the reduce pass (measured on the H200, docs/kernels.md).
+# Routing between the single-pass and split-K kernels, from the H200 sweep in docs/kernels.md:
+# with enough (sequence, KV head) threadgroups to fill the GPU, splitting the context only adds
+# the reduce pass; with few, the partitions are where the parallelism comes from.
 SINGLE_PASS_MIN_GROUPS = 1024
+SINGLE_PASS_MIN_GROUPS_SHORT = 512   # ... and with at most this many partitions
+SHORT_PARTITIONS = 4
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,9 @@ def decode_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, 
 
 def use_single_pass(num_seqs: int, num_kv_heads: int, num_partitions: int) -> bool:
     """The measured routing rule between the single-pass and the split-K kernels."""
-    return num_partitions == 1 or num_seqs * num_kv_heads >= SINGLE_PASS_MIN_GROUPS
+    groups = num_seqs * num_kv_heads
+    return (num_partitions == 1 or groups >= SINGLE_PASS_MIN_GROUPS
+            or (groups >= SINGLE_PASS_MIN_GROUPS_SHORT and num_partitions <= SHORT_PARTITIONS))
 
 
 def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.array,
@@ -145,8 +150,12 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     if page_dim != head_dim or v_pages.shape != k_pages.shape or queries.dtype != k_pages.dtype:
         raise UnsupportedSpecError(f"{single.name}: queries {queries.shape} {queries.dtype} do "
                                    f"not match pages {k_pages.shape} {k_pages.dtype}")
-    inputs = [queries, k_pages, v_pages, block_tables.astype(mx.int32),
-              seq_lens.astype(mx.int32), _constant(float(scale), mx.float32)]
+    if block_tables.dtype != mx.int32:
+        block_tables = block_tables.astype(mx.int32)
+    if seq_lens.dtype != mx.int32:
+        seq_lens = seq_lens.astype(mx.int32)
+    inputs = [queries, k_pages, v_pages, block_tables, seq_lens,
+              _constant(float(scale), mx.float32)]
     if window is not None:
         inputs.append(_constant(int(window), mx.int32))
     template = [("T", k_pages.dtype)]
