@@ -9,6 +9,7 @@ output is checked against the paged kernel's, so they all computed the same atte
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import platform
@@ -22,8 +23,6 @@ import numpy as np
 from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
 from mlx_paged.kernels.paged_attention_reference import gather_pages, paged_attention_reference
 
-METHODS = ("paged", "paged_1pass", "paged_2pass", "paged_2pass_p128", "mlx_sdpa",
-           "gather_sdpa", "torch_sdpa")
 _DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
 
 
@@ -121,13 +120,17 @@ def _to_torch(a: mx.array):
 
 
 def make_problem(batch: int, context: int, *, num_heads: int, num_kv_heads: int, head_dim: int,
-                 block_size: int, dtype, pool_bytes: int, seed: int = 0):
-    """Pool, shuffled tables and queries for `batch` rows of `context` tokens each."""
+                 block_size: int, dtype, pool_bytes: int, seed: int = 0,
+                 sequential_blocks: bool = False):
+    """Pool, shuffled (or, for comparison, consecutive) block tables and queries for `batch`
+    rows of `context` tokens each."""
     per_row = math.ceil(context / block_size)
     block_bytes = 2 * block_size * num_kv_heads * head_dim * dtype.size
     num_blocks = max(batch * per_row + 1, pool_bytes // block_bytes)
     rng = np.random.default_rng(seed)
-    ids = rng.permutation(np.arange(1, num_blocks))[:batch * per_row]
+    ids = np.arange(1, num_blocks) if sequential_blocks else rng.permutation(
+        np.arange(1, num_blocks))
+    ids = ids[:batch * per_row]
     tables = mx.array(ids.reshape(batch, per_row).astype(np.int32))
     mx.random.seed(seed)
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
@@ -144,7 +147,7 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
     q, k_pages, v_pages, tables, lens = make_problem(
         batch, context, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
         head_dim=args.head_dim, block_size=args.block_size, dtype=dtype,
-        pool_bytes=int(args.pool_gb * 2**30))
+        pool_bytes=int(args.pool_gb * 2**30), sequential_blocks=args.sequential_blocks)
     scale = args.head_dim ** -0.5
     kv_bytes = 2 * batch * context * args.num_kv_heads * args.head_dim * dtype.size
     positions = (lens - 1)[:, None]
@@ -160,6 +163,10 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
         "gather_sdpa": lambda: paged_attention_reference(q, k_pages, v_pages, tables, lens,
                                                          positions, scale=scale),
     }
+    for nsg in args.simdgroups:  # tuning sweep: the routed kernel with other threadgroup sizes
+        runs[f"paged_w{nsg}"] = functools.partial(
+            paged_attention_decode, q, k_pages, v_pages, tables, lens, scale=scale,
+            simdgroups=nsg)
     row = {"batch": batch, "context": context, "kv_bytes": kv_bytes, "us": {}, "tb_s": {},
            "max_abs_diff_vs_paged": {}}
     outputs = {name: fn() for name, fn in runs.items()}
@@ -198,7 +205,7 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
 
 def print_row(row: dict, copy_tb_s: float) -> None:
     cells = "  ".join(f"{name} {row['us'][name]:9.1f}us {row['tb_s'][name]:5.2f}TB/s"
-                      for name in METHODS if name in row["us"])
+                      for name in row["us"])
     print(f"B={row['batch']:4d} T={row['context']:6d} KV={row['kv_bytes'] / 2**20:8.1f}MiB  "
           f"{cells}  paged/copy {row['tb_s']['paged'] / copy_tb_s:4.0%}", flush=True)
 
@@ -216,7 +223,8 @@ def plot(result: dict, path: Path) -> bool:
     fig, axes = plt.subplots(1, len(batches), figsize=(4 * len(batches), 3.6), squeeze=False)
     for ax, batch in zip(axes[0], batches):
         rows = [r for r in result["rows"] if r["batch"] == batch]
-        for name in METHODS:
+        names = list(dict.fromkeys(name for r in rows for name in r["tb_s"]))
+        for name in names:
             pts = [(r["context"], r["tb_s"][name]) for r in rows if name in r["tb_s"]]
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=name)

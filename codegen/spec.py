@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 BACKENDS = ("metal", "cuda")
@@ -10,6 +11,7 @@ HEAD_DIMS = (64, 80, 96, 128, 256)
 BLOCK_SIZES = (8, 16, 32)
 GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
 PARTITION_SIZES = (0, 128, 256, 512)  # 0: single pass over the whole sequence
+SIMDGROUPS = (0, 1, 2, 4, 8, 16)      # 0: the kernel's own choice; others are tuning overrides
 OPS = ("paged_decode", "paged_decode_reduce")
 
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -23,7 +25,7 @@ class UnsupportedSpecError(ValueError):
 class KernelSpec:
     """One kernel variant. Its `name` says everything that changes the generated code, e.g.
     `paged_decode_metal_bf16_hd128_bs16_g4_p512` (p0 is the single-pass variant, `_sw` marks
-    sliding-window support)."""
+    sliding-window support, `_w8` a tuning override of the simdgroups per threadgroup)."""
 
     op: str
     backend: str
@@ -33,11 +35,12 @@ class KernelSpec:
     gqa: int = 1
     partition_size: int = 0
     sliding_window: bool = False
+    simdgroups: int = 0
 
     def __post_init__(self):
         checks = (("op", OPS), ("backend", BACKENDS), ("dtype", DTYPES),
                   ("head_dim", HEAD_DIMS), ("block_size", BLOCK_SIZES), ("gqa", GQA_GROUPS),
-                  ("partition_size", PARTITION_SIZES))
+                  ("partition_size", PARTITION_SIZES), ("simdgroups", SIMDGROUPS))
         for field_name, allowed in checks:
             value = getattr(self, field_name)
             if value not in allowed:
@@ -57,6 +60,8 @@ class KernelSpec:
                  f"p{self.partition_size}"]
         if self.sliding_window:
             parts.append("sw")
+        if self.simdgroups:
+            parts.append(f"w{self.simdgroups}")
         return "_".join(parts)
 
     @property
@@ -69,18 +74,20 @@ class KernelSpec:
 
     def with_backend(self, backend: str) -> "KernelSpec":
         """The same variant for another backend."""
-        return KernelSpec(self.op, backend, self.dtype, self.head_dim, self.block_size,
-                          self.gqa, self.partition_size, self.sliding_window)
+        return dataclasses.replace(self, backend=backend)
 
     @classmethod
     def parse(cls, name: str) -> "KernelSpec":
-        """Inverse of `name`: `paged_decode_cuda_bf16_hd128_bs16_g4_p512[_sw]`."""
+        """Inverse of `name`: `paged_decode_cuda_bf16_hd128_bs16_g4_p512[_sw][_w8]`."""
         short_to_dtype = {v: k for k, v in _DTYPE_SHORT.items()}
         op = next((o for o in sorted(OPS, key=len, reverse=True) if name.startswith(o + "_")),
                   None)
         if op is None:
             raise UnsupportedSpecError(f"{name!r}: unknown kernel (ops: {', '.join(OPS)})")
         fields = name[len(op) + 1:].split("_")
+        simdgroups = 0
+        if len(fields) > 6 and fields[-1].startswith("w") and fields[-1][1:].isdigit():
+            simdgroups = int(fields.pop()[1:])
         sliding = fields[-1] == "sw"
         if sliding:
             fields = fields[:-1]
@@ -93,4 +100,4 @@ class KernelSpec:
             raise UnsupportedSpecError(
                 f"{name!r} is not a kernel spec name (expected e.g. "
                 f"paged_decode_metal_bf16_hd128_bs16_g4_p512)") from exc
-        return cls(op, *values, sliding)
+        return cls(op, *values, sliding, simdgroups)

@@ -63,6 +63,10 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-kv-gb", type=float, default=8.0,
                    help="skip shapes whose K+V exceed this many GiB")
     p.add_argument("--out", default="bench/out/kernels", help="folder for kernels.json/.png")
+    p.add_argument("--simdgroups", type=int, nargs="*", default=[],
+                   help="also time the kernel with these simdgroups per threadgroup (tuning)")
+    p.add_argument("--sequential-blocks", action="store_true",
+                   help="give each sequence consecutive blocks instead of shuffled ones")
     p.add_argument("--replot", default=None, metavar="JSON",
                    help="only redraw the plot of an earlier run's kernels.json")
     p.set_defaults(run=_bench("kernels"))

@@ -67,6 +67,18 @@ def test_long_context_32k(dtype):
         assert max_error(out, ref) <= TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("simdgroups", [1, 2, 8, 16])
+def test_simdgroup_overrides(simdgroups):
+    """The tuning overrides `mlx-paged bench kernels --simdgroups` times compute the same."""
+    lens = [1, 77, 512, 1301]
+    inputs = make_case(11, lens, num_kv_heads=2, gqa=2, head_dim=128, block_size=16, dtype=BF16)
+    ref = reference(*inputs, 0.088)
+    for single_pass in (True, False):
+        out = paged_attention_decode(*inputs, scale=0.088, single_pass=single_pass,
+                                     simdgroups=simdgroups)
+        assert max_error(out, ref) <= TOLERANCE[BF16]
+
+
 def test_query_view_with_strides():
     """Queries sliced from a wider tensor are read through their strides, not copied."""
     inputs = make_case(5, [77, 300], num_kv_heads=2, gqa=4, head_dim=64, block_size=16,

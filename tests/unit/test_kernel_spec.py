@@ -37,6 +37,20 @@ def test_unsupported_values_raise_naming_the_spec(kwargs, message):
     assert "paged_decode_" in str(info.value)
 
 
+def test_simdgroup_override_is_named_and_rendered():
+    spec = KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 4, 512, True, simdgroups=8)
+    assert spec.name == "paged_decode_cuda_bf16_hd128_bs16_g4_p512_sw_w8"
+    assert KernelSpec.parse(spec.name) == spec
+    assert geometry(spec).nsg == 8
+    defn = define(spec)
+    assert defn.threads_per_threadgroup == 256 and "constexpr int NSG = 8;" in defn.source
+    # 16 simdgroups x 4 heads x 130 floats is 33,280 bytes: over the limit, refused by name.
+    with pytest.raises(KernelRenderError, match="_w16: 33280 bytes of threadgroup memory"):
+        define(KernelSpec("paged_decode", "metal", "bfloat16", 128, 16, 4, 0, simdgroups=16))
+    with pytest.raises(UnsupportedSpecError, match="simdgroups=3"):
+        KernelSpec("paged_decode", "metal", "bfloat16", 128, 16, 4, 0, simdgroups=3)
+
+
 def test_reduce_needs_a_partition_and_parse_rejects_garbage():
     with pytest.raises(UnsupportedSpecError, match="partition"):
         KernelSpec("paged_decode_reduce", "cuda", "float16", 64, 16, 1, 0)
