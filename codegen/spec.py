@@ -25,7 +25,8 @@ class UnsupportedSpecError(ValueError):
 class KernelSpec:
     """One kernel variant. Its `name` says everything that changes the generated code, e.g.
     `paged_decode_metal_bf16_hd128_bs16_g4_p512` (p0 is the single-pass variant, `_sw` marks
-    sliding-window support, `_w8` a tuning override of the simdgroups per threadgroup)."""
+    sliding-window support; `_pl` the software-pipelined variant and `_w8` an override of the
+    simdgroups per threadgroup are tuning variants for kernel authors)."""
 
     op: str
     backend: str
@@ -35,6 +36,7 @@ class KernelSpec:
     gqa: int = 1
     partition_size: int = 0
     sliding_window: bool = False
+    pipelined: bool = False
     simdgroups: int = 0
 
     def __post_init__(self):
@@ -47,6 +49,8 @@ class KernelSpec:
                 raise UnsupportedSpecError(
                     f"{self.name}: {field_name}={value!r} is not generated "
                     f"(supported: {', '.join(map(str, allowed))})")
+        if self.op == "paged_decode_reduce" and (self.pipelined or self.simdgroups):
+            raise UnsupportedSpecError(f"{self.name}: tuning variants apply to pass 1 only")
         if self.op == "paged_decode_reduce" and self.partition_size == 0:
             raise UnsupportedSpecError(f"{self.name}: the reduce kernel needs a partition size")
         if self.partition_size and self.partition_size % self.block_size:
@@ -60,6 +64,8 @@ class KernelSpec:
                  f"p{self.partition_size}"]
         if self.sliding_window:
             parts.append("sw")
+        if self.pipelined:
+            parts.append("pl")
         if self.simdgroups:
             parts.append(f"w{self.simdgroups}")
         return "_".join(parts)
@@ -78,7 +84,7 @@ class KernelSpec:
 
     @classmethod
     def parse(cls, name: str) -> "KernelSpec":
-        """Inverse of `name`: `paged_decode_cuda_bf16_hd128_bs16_g4_p512[_sw][_w8]`."""
+        """Inverse of `name`: `paged_decode_cuda_bf16_hd128_bs16_g4_p512[_sw][_pl][_w8]`."""
         short_to_dtype = {v: k for k, v in _DTYPE_SHORT.items()}
         op = next((o for o in sorted(OPS, key=len, reverse=True) if name.startswith(o + "_")),
                   None)
@@ -88,6 +94,9 @@ class KernelSpec:
         simdgroups = 0
         if len(fields) > 6 and fields[-1].startswith("w") and fields[-1][1:].isdigit():
             simdgroups = int(fields.pop()[1:])
+        pipelined = fields[-1] == "pl"
+        if pipelined:
+            fields = fields[:-1]
         sliding = fields[-1] == "sw"
         if sliding:
             fields = fields[:-1]
@@ -100,4 +109,4 @@ class KernelSpec:
             raise UnsupportedSpecError(
                 f"{name!r} is not a kernel spec name (expected e.g. "
                 f"paged_decode_metal_bf16_hd128_bs16_g4_p512)") from exc
-        return cls(op, *values, sliding, simdgroups)
+        return cls(op, *values, sliding, pipelined, simdgroups)

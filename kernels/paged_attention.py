@@ -48,7 +48,9 @@ def geometry(spec: KernelSpec) -> Geometry:
     tpr = next((p for p in candidates if spec.head_dim // p >= vec), candidates[-1])
     epl = spec.head_dim // tpr
     tokens = spec.block_size // (32 // tpr)
-    chunk = max([c for c in range(1, tokens + 1) if tokens % c == 0 and c * spec.gqa <= 32],
+    # Score registers per chunk: GQA x chunk <= 32 (16 when pipelined: two chunks in flight).
+    budget = 16 if spec.pipelined else 32
+    chunk = max([c for c in range(1, tokens + 1) if tokens % c == 0 and c * spec.gqa <= budget],
                 default=1)
     nsg = spec.simdgroups
     if not nsg:  # 4, halved while the merge buffer would pass Metal's 32 KB
@@ -96,15 +98,17 @@ _DTYPE_NAMES = {mx.float16: "float16", mx.bfloat16: "bfloat16", mx.float32: "flo
 @functools.lru_cache(maxsize=None)
 def decode_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
                  sliding_window: bool, partition_size: int = DEFAULT_PARTITION_SIZE,
-                 simdgroups: int = 0) -> tuple[KernelSpec, KernelSpec, KernelSpec]:
-    """(single pass, pass 1, pass 2) specs for one attention shape (`simdgroups`: a tuning
-    override of pass 1's simdgroups per threadgroup; 0 keeps the kernel's choice)."""
+                 pipelined: bool = False, simdgroups: int = 0
+                 ) -> tuple[KernelSpec, KernelSpec, KernelSpec]:
+    """(single pass, pass 1, pass 2) specs for one attention shape (`pipelined`, `simdgroups`:
+    tuning variants of pass 1, see KernelSpec)."""
     if dtype not in _DTYPE_NAMES:
         raise UnsupportedSpecError(f"paged decode kernels take float16/bfloat16/float32 "
                                    f"pages, not {dtype}")
     args = (backend, _DTYPE_NAMES[dtype], head_dim, block_size, gqa)
-    return (KernelSpec("paged_decode", *args, 0, sliding_window, simdgroups),
-            KernelSpec("paged_decode", *args, partition_size, sliding_window, simdgroups),
+    return (KernelSpec("paged_decode", *args, 0, sliding_window, pipelined, simdgroups),
+            KernelSpec("paged_decode", *args, partition_size, sliding_window, pipelined,
+                       simdgroups),
             KernelSpec("paged_decode_reduce", *args, partition_size, sliding_window))
 
 
@@ -120,7 +124,7 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
                            window: Optional[int] = None, sinks: Optional[mx.array] = None,
                            backend: Optional[str] = None,
                            partition_size: int = DEFAULT_PARTITION_SIZE,
-                           single_pass: Optional[bool] = None,
+                           single_pass: Optional[bool] = None, pipelined: bool = False,
                            simdgroups: int = 0) -> mx.array:
     """Decode attention of `(B, Hq, 1, D)` queries over paged K/V, on the GPU kernels.
 
@@ -130,7 +134,7 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
 
     Args:
         single_pass: force one variant (benchmarks); None applies `use_single_pass`.
-        partition_size, simdgroups: tuning overrides for kernel authors (benchmarks).
+        partition_size, pipelined, simdgroups: tuning variants for kernel authors (benchmarks).
 
     Raises:
         UnsupportedSpecError: for an input the kernels cannot serve (the message names the spec).
@@ -146,7 +150,7 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
                                    f"{num_kv_heads} KV heads")
     single, part1, part2 = decode_specs(backend, k_pages.dtype, head_dim, block_size,
                                         num_heads // num_kv_heads, window is not None,
-                                        partition_size, simdgroups)
+                                        partition_size, pipelined, simdgroups)
     if num_queries != 1:
         raise UnsupportedSpecError(f"{single.name}: decode kernels take one query per row, "
                                    f"not {num_queries}")

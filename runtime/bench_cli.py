@@ -65,6 +65,8 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="bench/out/kernels", help="folder for kernels.json/.png")
     p.add_argument("--simdgroups", type=int, nargs="*", default=[],
                    help="also time the kernel with these simdgroups per threadgroup (tuning)")
+    p.add_argument("--pipelined", action="store_true",
+                   help="also time the software-pipelined kernel variant (tuning)")
     p.add_argument("--sequential-blocks", action="store_true",
                    help="give each sequence consecutive blocks instead of shuffled ones")
     p.add_argument("--replot", default=None, metavar="JSON",

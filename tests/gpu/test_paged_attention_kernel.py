@@ -79,6 +79,23 @@ def test_simdgroup_overrides(simdgroups):
         assert max_error(out, ref) <= TOLERANCE[BF16]
 
 
+PIPELINED = [c for c in SPECS if c[3] in (1, 4, 8) or c[4] is not None or c[1] != 128]
+
+
+@pytest.mark.parametrize("case", PIPELINED, ids=_id)
+@pytest.mark.parametrize("single_pass", [True, False], ids=["1pass", "2pass"])
+def test_pipelined_variant_matches_reference(case, single_pass):
+    dtype, head_dim, block_size, gqa, window = case
+    lens = [1, block_size * 3 + 5, block_size * 8 + 1, 1301, 512, 1537]
+    inputs = make_case(9, lens, num_kv_heads=2, gqa=gqa, head_dim=head_dim,
+                       block_size=block_size, dtype=dtype)
+    scale = head_dim ** -0.5
+    out = paged_attention_decode(*inputs, scale=scale, window=window, single_pass=single_pass,
+                                 pipelined=True)
+    err = max_error(out, reference(*inputs, scale, window))
+    assert err <= TOLERANCE[dtype], f"max abs error {err}"
+
+
 def test_query_view_with_strides():
     """Queries sliced from a wider tensor are read through their strides, not copied."""
     inputs = make_case(5, [77, 300], num_kv_heads=2, gqa=4, head_dim=64, block_size=16,

@@ -12,7 +12,7 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from mlx_paged.codegen.build import define
+from mlx_paged.codegen.build import KernelRenderError, define
 from mlx_paged.codegen.catalog import all_specs, representative_specs
 from mlx_paged.codegen.metal_capture import capture_metal_source, sample_inputs
 from mlx_paged.codegen.metal_check import MetalCheckError, check_metal_source
@@ -44,6 +44,26 @@ def test_every_metal_spec_matches_its_digest_and_compiles():
         assert hashlib.sha256(source.encode()).hexdigest()[:16] == manifest[spec.name], (
             f"{spec.name} changed; if intended, run tests/golden/update_golden.py")
         check_metal_source(source, spec.name)
+
+
+def test_tuning_variants_compile_for_metal():
+    """The pipelined and simdgroup-override variants (outside the catalog) pass the check too."""
+    import dataclasses
+
+    checked = 0
+    for spec in representative_specs("metal"):
+        if spec.op != "paged_decode":
+            continue
+        for variant in (dict(pipelined=True), dict(simdgroups=2),
+                        dict(pipelined=True, simdgroups=8)):
+            tuned = dataclasses.replace(spec, **variant)
+            try:
+                define(tuned)
+            except KernelRenderError:
+                continue  # this shape's merge buffer does not fit that many simdgroups
+            check_metal_source(capture_metal_source(tuned), tuned.name)
+            checked += 1
+    assert checked >= 50
 
 
 def test_captured_source_is_mlx_wrapping_of_our_body():

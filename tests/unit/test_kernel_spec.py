@@ -51,6 +51,20 @@ def test_simdgroup_override_is_named_and_rendered():
         KernelSpec("paged_decode", "metal", "bfloat16", 128, 16, 4, 0, simdgroups=3)
 
 
+def test_pipelined_variant_is_named_and_holds_two_half_chunks():
+    spec = KernelSpec("paged_decode", "metal", "float16", 64, 16, 4, 0, True, True, 2)
+    assert spec.name == "paged_decode_metal_f16_hd64_bs16_g4_p0_sw_pl_w2"
+    assert KernelSpec.parse(spec.name) == spec
+    plain = KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 4, 512)
+    piped = KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 4, 512, pipelined=True)
+    assert (geometry(plain).chunk, geometry(piped).chunk) == (8, 4)
+    source = define(piped).source
+    assert "T kb[CHUNK][EPL];" in source and "for (int st = 0; st < pa_num_steps; st += 2)" in source
+    assert "pa_num_steps" not in define(plain).source
+    with pytest.raises(UnsupportedSpecError, match="pass 1 only"):
+        KernelSpec("paged_decode_reduce", "cuda", "bfloat16", 128, 16, 4, 512, pipelined=True)
+
+
 def test_reduce_needs_a_partition_and_parse_rejects_garbage():
     with pytest.raises(UnsupportedSpecError, match="partition"):
         KernelSpec("paged_decode_reduce", "cuda", "float16", 64, 16, 1, 0)
