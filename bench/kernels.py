@@ -163,13 +163,10 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
         "gather_sdpa": lambda: paged_attention_reference(q, k_pages, v_pages, tables, lens,
                                                          positions, scale=scale),
     }
-    # Tuning sweep: the routed kernel with other threadgroup sizes and/or software pipelining.
-    for pipelined in (False, True) if args.pipelined else (False,):
-        for nsg in ([0] if pipelined else []) + args.simdgroups:
-            name = "paged" + ("_pl" if pipelined else "") + (f"_w{nsg}" if nsg else "")
-            runs[name] = functools.partial(
-                paged_attention_decode, q, k_pages, v_pages, tables, lens, scale=scale,
-                pipelined=pipelined, simdgroups=nsg)
+    for variant in args.variant:  # tuning sweep: the routed kernel in other variants
+        runs[f"paged_{variant}"] = functools.partial(
+            paged_attention_decode, q, k_pages, v_pages, tables, lens, scale=scale,
+            variant=variant)
     row = {"batch": batch, "context": context, "kv_bytes": kv_bytes, "us": {}, "tb_s": {},
            "max_abs_diff_vs_paged": {}}
     outputs = {name: fn() for name, fn in runs.items()}

@@ -11,7 +11,10 @@ HEAD_DIMS = (64, 80, 96, 128, 256)
 BLOCK_SIZES = (8, 16, 32)
 GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
 PARTITION_SIZES = (0, 128, 256, 512)  # 0: single pass over the whole sequence
-SIMDGROUPS = (0, 1, 2, 4, 8, 16)      # 0: the kernel's own choice; others are tuning overrides
+# Tuning variants (0 / False: the kernel's own choice), named by a suffix: `_pl` software
+# pipelining, `_t16` lanes per K/V row, `_c4` tokens per softmax chunk, `_w8` simdgroups.
+TUNING = (("pipelined", "pl"), ("lanes_per_row", "t"), ("chunk", "c"), ("simdgroups", "w"))
+POWERS_OF_TWO = (0, 1, 2, 4, 8, 16, 32)
 OPS = ("paged_decode", "paged_decode_reduce")
 
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -25,8 +28,8 @@ class UnsupportedSpecError(ValueError):
 class KernelSpec:
     """One kernel variant. Its `name` says everything that changes the generated code, e.g.
     `paged_decode_metal_bf16_hd128_bs16_g4_p512` (p0 is the single-pass variant, `_sw` marks
-    sliding-window support; `_pl` the software-pipelined variant and `_w8` an override of the
-    simdgroups per threadgroup are tuning variants for kernel authors)."""
+    sliding-window support). Tuning variants for kernel authors add a suffix (see `TUNING`),
+    e.g. `_pl_w8`; the catalog and the engine's routing use none."""
 
     op: str
     backend: str
@@ -37,19 +40,22 @@ class KernelSpec:
     partition_size: int = 0
     sliding_window: bool = False
     pipelined: bool = False
+    lanes_per_row: int = 0
+    chunk: int = 0
     simdgroups: int = 0
 
     def __post_init__(self):
         checks = (("op", OPS), ("backend", BACKENDS), ("dtype", DTYPES),
                   ("head_dim", HEAD_DIMS), ("block_size", BLOCK_SIZES), ("gqa", GQA_GROUPS),
-                  ("partition_size", PARTITION_SIZES), ("simdgroups", SIMDGROUPS))
+                  ("partition_size", PARTITION_SIZES), ("lanes_per_row", POWERS_OF_TWO),
+                  ("chunk", POWERS_OF_TWO), ("simdgroups", POWERS_OF_TWO[:-1]))
         for field_name, allowed in checks:
             value = getattr(self, field_name)
             if value not in allowed:
                 raise UnsupportedSpecError(
                     f"{self.name}: {field_name}={value!r} is not generated "
                     f"(supported: {', '.join(map(str, allowed))})")
-        if self.op == "paged_decode_reduce" and (self.pipelined or self.simdgroups):
+        if self.op == "paged_decode_reduce" and self.tuning_suffix:
             raise UnsupportedSpecError(f"{self.name}: tuning variants apply to pass 1 only")
         if self.op == "paged_decode_reduce" and self.partition_size == 0:
             raise UnsupportedSpecError(f"{self.name}: the reduce kernel needs a partition size")
@@ -64,11 +70,38 @@ class KernelSpec:
                  f"p{self.partition_size}"]
         if self.sliding_window:
             parts.append("sw")
-        if self.pipelined:
-            parts.append("pl")
-        if self.simdgroups:
-            parts.append(f"w{self.simdgroups}")
+        if self.tuning_suffix:
+            parts.append(self.tuning_suffix)
         return "_".join(parts)
+
+    @property
+    def tuning_suffix(self) -> str:
+        """`pl_t32_c2_w8`-style name of the tuning variant ("" for the kernel's own choices)."""
+        parts = []
+        for field_name, tag in TUNING:
+            value = getattr(self, field_name)
+            if value is True:
+                parts.append(tag)
+            elif value:
+                parts.append(f"{tag}{value}")
+        return "_".join(parts)
+
+    @staticmethod
+    def parse_tuning(suffix: str) -> dict:
+        """`"pl_w8"` -> `{"pipelined": True, "simdgroups": 8}` (the inverse of `tuning_suffix`)."""
+        values: dict = {}
+        for token in filter(None, suffix.split("_")):
+            for field_name, tag in TUNING:
+                if token == tag == "pl":
+                    values[field_name] = True
+                    break
+                if tag != "pl" and token.startswith(tag) and token[len(tag):].isdigit():
+                    values[field_name] = int(token[len(tag):])
+                    break
+            else:
+                raise UnsupportedSpecError(
+                    f"{token!r} in {suffix!r} is not a tuning variant (pl, tN, cN, wN)")
+        return values
 
     @property
     def partitioned(self) -> bool:
@@ -84,24 +117,18 @@ class KernelSpec:
 
     @classmethod
     def parse(cls, name: str) -> "KernelSpec":
-        """Inverse of `name`: `paged_decode_cuda_bf16_hd128_bs16_g4_p512[_sw][_pl][_w8]`."""
+        """Inverse of `name`: `paged_decode_cuda_bf16_hd128_bs16_g4_p512[_sw][_pl_w8...]`."""
         short_to_dtype = {v: k for k, v in _DTYPE_SHORT.items()}
         op = next((o for o in sorted(OPS, key=len, reverse=True) if name.startswith(o + "_")),
                   None)
         if op is None:
             raise UnsupportedSpecError(f"{name!r}: unknown kernel (ops: {', '.join(OPS)})")
         fields = name[len(op) + 1:].split("_")
-        simdgroups = 0
-        if len(fields) > 6 and fields[-1].startswith("w") and fields[-1][1:].isdigit():
-            simdgroups = int(fields.pop()[1:])
-        pipelined = fields[-1] == "pl"
-        if pipelined:
-            fields = fields[:-1]
-        sliding = fields[-1] == "sw"
-        if sliding:
-            fields = fields[:-1]
+        extra = fields[6:]
+        sliding = bool(extra) and extra[0] == "sw"
+        tuning = cls.parse_tuning("_".join(extra[1:] if sliding else extra))
         try:
-            backend, dtype, hd, bs, g, p = fields
+            backend, dtype, hd, bs, g, p = fields[:6]
             values = (backend, short_to_dtype[dtype], int(hd.removeprefix("hd")),
                       int(bs.removeprefix("bs")), int(g.removeprefix("g")),
                       int(p.removeprefix("p")))
@@ -109,4 +136,4 @@ class KernelSpec:
             raise UnsupportedSpecError(
                 f"{name!r} is not a kernel spec name (expected e.g. "
                 f"paged_decode_metal_bf16_hd128_bs16_g4_p512)") from exc
-        return cls(op, *values, sliding, pipelined, simdgroups)
+        return cls(op, *values, sliding, **tuning)

@@ -45,13 +45,21 @@ def geometry(spec: KernelSpec) -> Geometry:
     vec = 16 // spec.itemsize
     # The widest power-of-two lane split whose lanes still hold a 16-byte vector each.
     candidates = [p for p in (32, 16, 8, 4, 2, 1) if spec.head_dim % p == 0]
-    tpr = next((p for p in candidates if spec.head_dim // p >= vec), candidates[-1])
+    tpr = spec.lanes_per_row or next((p for p in candidates if spec.head_dim // p >= vec),
+                                     candidates[-1])
+    if spec.head_dim % tpr or spec.block_size * tpr < 32:
+        raise UnsupportedSpecError(f"{spec.name}: {tpr} lanes per row must divide head_dim "
+                                   f"and leave at most block_size rows per simdgroup")
     epl = spec.head_dim // tpr
     tokens = spec.block_size // (32 // tpr)
     # Score registers per chunk: GQA x chunk <= 32 (16 when pipelined: two chunks in flight).
     budget = 16 if spec.pipelined else 32
-    chunk = max([c for c in range(1, tokens + 1) if tokens % c == 0 and c * spec.gqa <= budget],
-                default=1)
+    chunk = spec.chunk or max(
+        [c for c in range(1, tokens + 1) if tokens % c == 0 and c * spec.gqa <= budget],
+        default=1)
+    if tokens % chunk:
+        raise UnsupportedSpecError(f"{spec.name}: a chunk of {chunk} tokens does not divide "
+                                   f"the {tokens} tokens per row group of a block")
     nsg = spec.simdgroups
     if not nsg:  # 4, halved while the merge buffer would pass Metal's 32 KB
         nsg = 4
@@ -98,17 +106,16 @@ _DTYPE_NAMES = {mx.float16: "float16", mx.bfloat16: "bfloat16", mx.float32: "flo
 @functools.lru_cache(maxsize=None)
 def decode_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
                  sliding_window: bool, partition_size: int = DEFAULT_PARTITION_SIZE,
-                 pipelined: bool = False, simdgroups: int = 0
-                 ) -> tuple[KernelSpec, KernelSpec, KernelSpec]:
-    """(single pass, pass 1, pass 2) specs for one attention shape (`pipelined`, `simdgroups`:
-    tuning variants of pass 1, see KernelSpec)."""
+                 variant: str = "") -> tuple[KernelSpec, KernelSpec, KernelSpec]:
+    """(single pass, pass 1, pass 2) specs for one attention shape; `variant` is a tuning
+    suffix for pass 1 (e.g. "pl_w8", see KernelSpec)."""
     if dtype not in _DTYPE_NAMES:
         raise UnsupportedSpecError(f"paged decode kernels take float16/bfloat16/float32 "
                                    f"pages, not {dtype}")
     args = (backend, _DTYPE_NAMES[dtype], head_dim, block_size, gqa)
-    return (KernelSpec("paged_decode", *args, 0, sliding_window, pipelined, simdgroups),
-            KernelSpec("paged_decode", *args, partition_size, sliding_window, pipelined,
-                       simdgroups),
+    tuning = KernelSpec.parse_tuning(variant)
+    return (KernelSpec("paged_decode", *args, 0, sliding_window, **tuning),
+            KernelSpec("paged_decode", *args, partition_size, sliding_window, **tuning),
             KernelSpec("paged_decode_reduce", *args, partition_size, sliding_window))
 
 
@@ -124,8 +131,7 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
                            window: Optional[int] = None, sinks: Optional[mx.array] = None,
                            backend: Optional[str] = None,
                            partition_size: int = DEFAULT_PARTITION_SIZE,
-                           single_pass: Optional[bool] = None, pipelined: bool = False,
-                           simdgroups: int = 0) -> mx.array:
+                           single_pass: Optional[bool] = None, variant: str = "") -> mx.array:
     """Decode attention of `(B, Hq, 1, D)` queries over paged K/V, on the GPU kernels.
 
     Each row's one query sits at position `seq_lens[b] - 1` and sees keys `[0, seq_lens[b])`
@@ -134,7 +140,8 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
 
     Args:
         single_pass: force one variant (benchmarks); None applies `use_single_pass`.
-        partition_size, pipelined, simdgroups: tuning variants for kernel authors (benchmarks).
+        partition_size, variant: tuning for kernel authors (benchmarks); `variant` is a
+            KernelSpec tuning suffix such as "pl_w8".
 
     Raises:
         UnsupportedSpecError: for an input the kernels cannot serve (the message names the spec).
@@ -150,7 +157,7 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
                                    f"{num_kv_heads} KV heads")
     single, part1, part2 = decode_specs(backend, k_pages.dtype, head_dim, block_size,
                                         num_heads // num_kv_heads, window is not None,
-                                        partition_size, pipelined, simdgroups)
+                                        partition_size, variant)
     if num_queries != 1:
         raise UnsupportedSpecError(f"{single.name}: decode kernels take one query per row, "
                                    f"not {num_queries}")

@@ -67,15 +67,16 @@ def test_long_context_32k(dtype):
         assert max_error(out, ref) <= TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("simdgroups", [1, 2, 8, 16])
-def test_simdgroup_overrides(simdgroups):
-    """The tuning overrides `mlx-paged bench kernels --simdgroups` times compute the same."""
+@pytest.mark.parametrize("variant", ["w1", "w2", "w8", "w16", "pl", "pl_w8", "t32", "t8",
+                                     "c1", "c2", "t32_c4_w8", "pl_t32_w2"])
+def test_tuning_variants(variant):
+    """The variants `mlx-paged bench kernels --variant` times compute the same attention."""
     lens = [1, 77, 512, 1301]
     inputs = make_case(11, lens, num_kv_heads=2, gqa=2, head_dim=128, block_size=16, dtype=BF16)
     ref = reference(*inputs, 0.088)
     for single_pass in (True, False):
         out = paged_attention_decode(*inputs, scale=0.088, single_pass=single_pass,
-                                     simdgroups=simdgroups)
+                                     variant=variant)
         assert max_error(out, ref) <= TOLERANCE[BF16]
 
 
@@ -91,7 +92,7 @@ def test_pipelined_variant_matches_reference(case, single_pass):
                        block_size=block_size, dtype=dtype)
     scale = head_dim ** -0.5
     out = paged_attention_decode(*inputs, scale=scale, window=window, single_pass=single_pass,
-                                 pipelined=True)
+                                 variant="pl")
     err = max_error(out, reference(*inputs, scale, window))
     assert err <= TOLERANCE[dtype], f"max abs error {err}"
 

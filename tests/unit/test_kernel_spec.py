@@ -52,7 +52,8 @@ def test_simdgroup_override_is_named_and_rendered():
 
 
 def test_pipelined_variant_is_named_and_holds_two_half_chunks():
-    spec = KernelSpec("paged_decode", "metal", "float16", 64, 16, 4, 0, True, True, 2)
+    spec = KernelSpec("paged_decode", "metal", "float16", 64, 16, 4, 0, True, pipelined=True,
+                      simdgroups=2)
     assert spec.name == "paged_decode_metal_f16_hd64_bs16_g4_p0_sw_pl_w2"
     assert KernelSpec.parse(spec.name) == spec
     plain = KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 4, 512)
@@ -63,6 +64,23 @@ def test_pipelined_variant_is_named_and_holds_two_half_chunks():
     assert "pa_num_steps" not in define(plain).source
     with pytest.raises(UnsupportedSpecError, match="pass 1 only"):
         KernelSpec("paged_decode_reduce", "cuda", "bfloat16", 128, 16, 4, 512, pipelined=True)
+
+
+def test_tuning_suffixes_parse_and_override_the_geometry():
+    assert KernelSpec.parse_tuning("pl_t32_c2_w8") == dict(pipelined=True, lanes_per_row=32,
+                                                          chunk=2, simdgroups=8)
+    assert KernelSpec.parse_tuning("") == {}
+    with pytest.raises(UnsupportedSpecError, match="'x9' in 'pl_x9' is not a tuning variant"):
+        KernelSpec.parse_tuning("pl_x9")
+    spec = KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 4, 512, lanes_per_row=32,
+                      chunk=2)
+    assert spec.tuning_suffix == "t32_c2" and KernelSpec.parse(spec.name) == spec
+    assert geometry(spec) == Geometry(nsg=4, tpr=32, epl=4, chunk=2, vector_loads=False)
+    # 16 lanes x 8 rows per simdgroup exceed a block of 8 tokens; 3 does not divide 8 tokens.
+    with pytest.raises(UnsupportedSpecError, match="lanes per row"):
+        geometry(KernelSpec("paged_decode", "cuda", "float32", 64, 8, 1, 0, lanes_per_row=2))
+    with pytest.raises(UnsupportedSpecError, match="chunk of 16 tokens"):
+        geometry(KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 1, 0, chunk=16))
 
 
 def test_reduce_needs_a_partition_and_parse_rejects_garbage():
