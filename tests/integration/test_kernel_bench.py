@@ -1,0 +1,53 @@
+"""The kernel benchmark's machinery on the CPU: problems, timing, the peers, the table, the JSON
+shape and the plot (the paged kernel itself needs a GPU and is skipped here, visibly)."""
+
+from __future__ import annotations
+
+import argparse
+
+import mlx.core as mx
+import numpy as np
+
+from mlx_paged.bench import kernels
+
+
+def _args(**changes) -> argparse.Namespace:
+    base = dict(batch=[2], context=[64], num_heads=4, num_kv_heads=2, head_dim=64,
+                block_size=16, dtype="float32", pool_gb=0.001, max_kv_gb=1.0,
+                variant=["pl_w8"], sequential_blocks=False)
+    return argparse.Namespace(**(base | changes))
+
+
+def test_problem_pages_are_shuffled_or_consecutive():
+    common = dict(num_heads=4, num_kv_heads=2, head_dim=64, block_size=16, dtype=mx.float32,
+                  pool_bytes=1 << 20)
+    _, k_pages, _, tables, lens = kernels.make_problem(3, 40, **common)
+    ids = np.array(tables).ravel()
+    assert tables.shape == (3, 3) and len(set(ids.tolist())) == 9 and 0 not in ids
+    assert k_pages.shape[0] * 16 * 2 * 64 * 4 * 2 >= 1 << 20  # the pool is at least pool_bytes
+    assert not np.array_equal(ids, np.sort(ids))
+    _, _, _, seq, _ = kernels.make_problem(3, 40, sequential_blocks=True, **common)
+    assert np.array(seq).ravel().tolist() == list(range(1, 10))
+    assert np.array(lens).tolist() == [40, 40, 40]
+
+
+def test_bench_shape_on_the_cpu_times_the_peers_and_skips_the_kernel(capsys):
+    row = kernels.bench_shape(2, 64, _args(), torch_ok=False)
+    out = capsys.readouterr().out
+    # Without a GPU every kernel method is refused by name and left out, not faked.
+    for name in ("paged", "paged_1pass", "paged_2pass", "paged_2pass_p128", "paged_pl_w8"):
+        assert f"{name} skipped" in out and name in row["skipped"] and name not in row["us"]
+    assert set(row["us"]) == {"gather_sdpa", "mlx_sdpa"}
+    assert row["diff_base"] == "gather_sdpa"
+    assert row["max_abs_diff_vs_paged"]["mlx_sdpa"] < 1e-5  # same data, same attention
+    assert row["kv_bytes"] == 2 * 2 * 64 * 2 * 64 * 4
+    assert all(v > 0 for v in row["tb_s"].values())
+    kernels.print_row(row, copy_tb_s=1.0)
+    assert "B=   2 T=    64" in capsys.readouterr().out
+
+
+def test_plot_draws_every_method(tmp_path):
+    row = kernels.bench_shape(2, 64, _args(variant=[]), torch_ok=False)
+    result = {"title": "cpu smoke", "copy": {"copy_tb_s": 0.01}, "rows": [row]}
+    assert kernels.plot(result, tmp_path / "k.png")
+    assert (tmp_path / "k.png").stat().st_size > 1000
