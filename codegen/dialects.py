@@ -21,6 +21,7 @@ class Dialect:
     num_tg_x: str      # threadgroups along each axis
     num_tg_z: str
     thread_in_tg: str  # 1-D thread index inside the threadgroup
+    tg_size: str       # threads in the threadgroup (1-D)
     lane: str          # lane inside the simdgroup / warp
     simd_index: str    # simdgroup / warp index inside the threadgroup
     shared: str        # qualifier of threadgroup-shared arrays
@@ -39,6 +40,7 @@ METAL = Dialect(
     num_tg_x="threadgroups_per_grid.x",
     num_tg_z="threadgroups_per_grid.z",
     thread_in_tg="thread_index_in_threadgroup",
+    tg_size="threads_per_threadgroup.x",
     lane="thread_index_in_simdgroup",
     simd_index="simdgroup_index_in_threadgroup",
     shared="threadgroup",
@@ -57,6 +59,7 @@ CUDA = Dialect(
     num_tg_x="gridDim.x",
     num_tg_z="gridDim.z",
     thread_in_tg="threadIdx.x",
+    tg_size="blockDim.x",
     lane="(threadIdx.x & 31)",
     simd_index="(threadIdx.x >> 5)",
     shared="__shared__",

@@ -12,11 +12,14 @@ BLOCK_SIZES = (8, 16, 32)
 GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
 PARTITION_SIZES = (0, 128, 256, 512)  # 0: single pass over the whole sequence
 # Tuning variants (0 / False: the kernel's own choice), named by a suffix: `_pl` software
-# pipelining, `_t16` lanes per K/V row, `_c4` tokens per softmax chunk, `_w8` simdgroups.
-TUNING = (("pipelined", "pl"), ("lanes_per_row", "t"), ("chunk", "c"), ("simdgroups", "w"))
+# pipelining, `_h` one simdgroup per KV head (a threadgroup per sequence and partition),
+# `_t16` lanes per K/V row, `_c4` tokens per softmax chunk, `_w8` simdgroups.
+TUNING = (("pipelined", "pl"), ("heads_per_threadgroup", "h"), ("lanes_per_row", "t"),
+          ("chunk", "c"), ("simdgroups", "w"))
 POWERS_OF_TWO = (0, 1, 2, 4, 8, 16, 32)
 OPS = ("paged_decode", "paged_decode_reduce")
 
+_FLAGS = ("pipelined", "heads_per_threadgroup")
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 
@@ -40,6 +43,7 @@ class KernelSpec:
     partition_size: int = 0
     sliding_window: bool = False
     pipelined: bool = False
+    heads_per_threadgroup: bool = False
     lanes_per_row: int = 0
     chunk: int = 0
     simdgroups: int = 0
@@ -55,6 +59,9 @@ class KernelSpec:
                 raise UnsupportedSpecError(
                     f"{self.name}: {field_name}={value!r} is not generated "
                     f"(supported: {', '.join(map(str, allowed))})")
+        if self.heads_per_threadgroup and self.simdgroups:
+            raise UnsupportedSpecError(f"{self.name}: with one simdgroup per KV head the "
+                                       f"simdgroup count is the KV head count")
         if self.op == "paged_decode_reduce" and self.tuning_suffix:
             raise UnsupportedSpecError(f"{self.name}: tuning variants apply to pass 1 only")
         if self.op == "paged_decode_reduce" and self.partition_size == 0:
@@ -92,15 +99,15 @@ class KernelSpec:
         values: dict = {}
         for token in filter(None, suffix.split("_")):
             for field_name, tag in TUNING:
-                if token == tag == "pl":
+                if token == tag and field_name in _FLAGS:
                     values[field_name] = True
                     break
-                if tag != "pl" and token.startswith(tag) and token[len(tag):].isdigit():
+                if field_name not in _FLAGS and token.startswith(tag) and token[len(tag):].isdigit():
                     values[field_name] = int(token[len(tag):])
                     break
             else:
                 raise UnsupportedSpecError(
-                    f"{token!r} in {suffix!r} is not a tuning variant (pl, tN, cN, wN)")
+                    f"{token!r} in {suffix!r} is not a tuning variant (pl, h, tN, cN, wN)")
         return values
 
     @property

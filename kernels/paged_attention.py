@@ -76,12 +76,14 @@ def define(spec: KernelSpec) -> KernelDefinition:
     if spec.op == "paged_decode":
         geo = geometry(spec)
         outputs = ("partial_out", "partial_max", "partial_sum") if spec.partitioned else ("out",)
+        # One simdgroup per KV head: 32 threads per head (the launcher multiplies), no merge.
+        per_head = spec.heads_per_threadgroup
         return KernelDefinition(
             spec=spec, source=render("paged_attention.jinja", spec, geo=geo), header=header,
             input_names=("queries", "k_pages", "v_pages", "block_tables", "seq_lens", "scale")
             + window,
-            output_names=outputs, threads_per_threadgroup=geo.nsg * 32,
-            threadgroup_bytes=_threadgroup_bytes(geo.nsg, spec),
+            output_names=outputs, threads_per_threadgroup=32 if per_head else geo.nsg * 32,
+            threadgroup_bytes=0 if per_head else _threadgroup_bytes(geo.nsg, spec),
             notes={"geometry": geo})
     return KernelDefinition(
         spec=spec, source=render("paged_attention_reduce.jinja", spec), header=header,
@@ -178,16 +180,19 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     num_partitions = math.ceil(block_tables.shape[1] * block_size / partition_size)
     if single_pass is None:
         single_pass = use_single_pass(num_seqs, num_kv_heads, num_partitions)
+    if single.heads_per_threadgroup and num_kv_heads > 32:
+        raise UnsupportedSpecError(f"{single.name}: one simdgroup per KV head allows at most 32 "
+                                   f"KV heads, not {num_kv_heads}")
     if single_pass:
-        tg = threads_of(single)
+        tg, grid_x = _threads(single, num_kv_heads)
         return build(single)(
-            inputs=inputs, template=template, grid=(num_kv_heads * tg, num_seqs, 1),
+            inputs=inputs, template=template, grid=(grid_x, num_seqs, 1),
             threadgroup=(tg, 1, 1), output_shapes=[queries.shape],
             output_dtypes=[queries.dtype])[0]
-    tg = threads_of(part1)
+    tg, grid_x = _threads(part1, num_kv_heads)
     partial_out, partial_max, partial_sum = build(part1)(
         inputs=inputs, template=template,
-        grid=(num_kv_heads * tg, num_seqs, num_partitions), threadgroup=(tg, 1, 1),
+        grid=(grid_x, num_seqs, num_partitions), threadgroup=(tg, 1, 1),
         output_shapes=[(num_seqs, num_heads, num_partitions, head_dim),
                        (num_seqs, num_heads, num_partitions),
                        (num_seqs, num_heads, num_partitions)],
@@ -208,9 +213,12 @@ def _constant(value, dtype) -> mx.array:
     return array
 
 
-def threads_of(spec: KernelSpec) -> int:
-    """Threads per threadgroup of `spec`."""
-    return define_cached(spec).threads_per_threadgroup
+def _threads(spec: KernelSpec, num_kv_heads: int) -> tuple[int, int]:
+    """(threads per threadgroup, threads along the grid's x axis) of a pass-1 launch."""
+    threads = define_cached(spec).threads_per_threadgroup
+    if spec.heads_per_threadgroup:
+        return threads * num_kv_heads, threads * num_kv_heads
+    return threads, threads * num_kv_heads
 
 
 def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,

@@ -68,7 +68,8 @@ def test_long_context_32k(dtype):
 
 
 @pytest.mark.parametrize("variant", ["w1", "w2", "w8", "w16", "pl", "pl_w8", "t32", "t8",
-                                     "c1", "c2", "t32_c4_w8", "pl_t32_w2"])
+                                     "c1", "c2", "t32_c4_w8", "pl_t32_w2", "h", "pl_h",
+                                     "h_t32_c2"])
 def test_tuning_variants(variant):
     """The variants `mlx-paged bench kernels --variant` times compute the same attention."""
     lens = [1, 77, 512, 1301]
@@ -80,19 +81,21 @@ def test_tuning_variants(variant):
         assert max_error(out, ref) <= TOLERANCE[BF16]
 
 
-PIPELINED = [c for c in SPECS if c[3] in (1, 4, 8) or c[4] is not None or c[1] != 128]
+PIPELINED = [("pl", c) for c in SPECS if c[3] in (1, 4, 8) or c[4] is not None or c[1] != 128]
+PER_HEAD = [("h", c) for c in SPECS[::3]] + [("pl_h", SPECS[-3])]
 
 
-@pytest.mark.parametrize("case", PIPELINED, ids=_id)
+@pytest.mark.parametrize("variant,case", PIPELINED + PER_HEAD,
+                         ids=[f"{v}-{_id(c)}" for v, c in PIPELINED + PER_HEAD])
 @pytest.mark.parametrize("single_pass", [True, False], ids=["1pass", "2pass"])
-def test_pipelined_variant_matches_reference(case, single_pass):
+def test_variant_families_match_reference(variant, case, single_pass):
     dtype, head_dim, block_size, gqa, window = case
     lens = [1, block_size * 3 + 5, block_size * 8 + 1, 1301, 512, 1537]
-    inputs = make_case(9, lens, num_kv_heads=2, gqa=gqa, head_dim=head_dim,
+    inputs = make_case(9, lens, num_kv_heads=4, gqa=gqa, head_dim=head_dim,
                        block_size=block_size, dtype=dtype)
     scale = head_dim ** -0.5
     out = paged_attention_decode(*inputs, scale=scale, window=window, single_pass=single_pass,
-                                 variant="pl")
+                                 variant=variant)
     err = max_error(out, reference(*inputs, scale, window))
     assert err <= TOLERANCE[dtype], f"max abs error {err}"
 

@@ -69,6 +69,7 @@ def test_pipelined_variant_is_named_and_holds_two_half_chunks():
 def test_tuning_suffixes_parse_and_override_the_geometry():
     assert KernelSpec.parse_tuning("pl_t32_c2_w8") == dict(pipelined=True, lanes_per_row=32,
                                                           chunk=2, simdgroups=8)
+    assert KernelSpec.parse_tuning("h_c4") == dict(heads_per_threadgroup=True, chunk=4)
     assert KernelSpec.parse_tuning("") == {}
     with pytest.raises(UnsupportedSpecError, match="'x9' in 'pl_x9' is not a tuning variant"):
         KernelSpec.parse_tuning("pl_x9")
@@ -81,6 +82,18 @@ def test_tuning_suffixes_parse_and_override_the_geometry():
         geometry(KernelSpec("paged_decode", "cuda", "float32", 64, 8, 1, 0, lanes_per_row=2))
     with pytest.raises(UnsupportedSpecError, match="chunk of 16 tokens"):
         geometry(KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 1, 0, chunk=16))
+
+
+def test_heads_per_threadgroup_variant():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p512_pl_h")
+    assert spec.heads_per_threadgroup and spec.pipelined
+    defn = define(spec)
+    # 32 threads per KV head (the launcher multiplies), no threadgroup merge buffer.
+    assert (defn.threads_per_threadgroup, defn.threadgroup_bytes) == (32, 0)
+    assert "const int pa_kv_head = (threadIdx.x >> 5);" in defn.source
+    assert "blockDim.x / 32" in defn.source and "__shared__" not in defn.source
+    with pytest.raises(UnsupportedSpecError, match="simdgroup count is the KV head count"):
+        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p512_h_w8")
 
 
 def test_reduce_needs_a_partition_and_parse_rejects_garbage():
