@@ -10,17 +10,12 @@ import jinja2
 from .dialects import get_dialect
 from .spec import KernelSpec
 
-KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
-
-
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
-    """Templates come from the kernels folder; an undefined name is an error, not blank text."""
-    try:
-        import mlx_paged.kernels as kernels_pkg
-        folder = Path(kernels_pkg.__file__).resolve().parent
-    except ImportError:
-        folder = KERNELS_DIR
+    """Templates come from the kernels package; an undefined name is an error, not blank text."""
+    import mlx_paged.kernels as kernels_pkg
+
+    folder = Path(kernels_pkg.__file__).resolve().parent
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(folder)),
         undefined=jinja2.StrictUndefined,
