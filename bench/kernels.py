@@ -144,6 +144,15 @@ def make_problem(batch: int, context: int, *, num_heads: int, num_kv_heads: int,
     return queries, k_pages, v_pages, tables, lens
 
 
+def contiguous_kv(k_pages: mx.array, v_pages: mx.array, tables: mx.array,
+                  context: int) -> tuple[mx.array, mx.array]:
+    """The same K/V as dense `(B, Hkv, context, D)` arrays, for the contiguous peers."""
+    k = mx.contiguous(gather_pages(k_pages, tables)[:, :, :context])
+    v = mx.contiguous(gather_pages(v_pages, tables)[:, :, :context])
+    mx.eval(k, v)
+    return k, v
+
+
 def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
     dtype = _DTYPES[args.dtype]
     q, k_pages, v_pages, tables, lens = make_problem(
@@ -181,10 +190,7 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
             del runs[name]
     for name, fn in runs.items():
         row["us"][name] = time_mlx(fn) * 1e6
-    # Contiguous copies of the same K/V for the dense peers.
-    k = mx.contiguous(gather_pages(k_pages, tables)[:, :, :context])
-    v = mx.contiguous(gather_pages(v_pages, tables)[:, :, :context])
-    mx.eval(k, v)
+    k, v = contiguous_kv(k_pages, v_pages, tables, context)
     outputs["mlx_sdpa"] = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
     row["us"]["mlx_sdpa"] = time_mlx(
         lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)) * 1e6

@@ -7,6 +7,7 @@ attribute arguments, body, explicit instantiation). That text is what golden fil
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -43,11 +44,12 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
     return inputs, [(seqs, heads, 1, spec.head_dim)], [dtype]
 
 
-def capture_metal_source(spec: KernelSpec) -> str:
-    """The MSL MLX generates for `spec` (a Metal spec) on its representative call."""
+def capture_metal_source(spec: KernelSpec, kernel=None) -> str:
+    """The MSL MLX generates for `spec` (a Metal spec) on its representative call; `kernel`
+    replaces the spec's own kernel object (tests capture deliberately broken bodies this way)."""
     if spec.backend != "metal":
         raise ValueError(f"{spec.name}: only Metal sources are captured this way")
-    kernel = build(spec)
+    kernel = kernel if kernel is not None else build(spec)
     threads = define(spec).threads_per_threadgroup
     inputs, shapes, dtypes = sample_inputs(spec)
 
@@ -72,3 +74,8 @@ def capture_metal_source(spec: KernelSpec) -> str:
     if match is None:
         raise RuntimeError(f"{spec.name}: MLX printed no Metal source:\n{text[:2000]}")
     return match.group(1) + "\n"
+
+
+def source_digest(source: str) -> str:
+    """The golden manifest's fingerprint of a source: the first 16 hex digits of its SHA-256."""
+    return hashlib.sha256(source.encode()).hexdigest()[:16]

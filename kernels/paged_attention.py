@@ -197,7 +197,7 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
                        (num_seqs, num_heads, num_partitions),
                        (num_seqs, num_heads, num_partitions)],
         output_dtypes=[mx.float32] * 3)
-    reduce_inputs = [partial_out, partial_max, partial_sum, inputs[4]] + inputs[6:]
+    reduce_inputs = [partial_out, partial_max, partial_sum, seq_lens] + inputs[6:]  # + window
     return build(part2)(
         inputs=reduce_inputs, template=template, grid=(num_heads * 32, num_seqs, 1),
         threadgroup=(32, 1, 1), output_shapes=[queries.shape],

@@ -8,18 +8,12 @@ SHA-256 of every spec's MSL (`metal/manifest.txt`). Review the diff before commi
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from mlx_paged.codegen.catalog import all_specs, representative_specs
-from mlx_paged.codegen.metal_capture import capture_metal_source
+from mlx_paged.codegen.metal_capture import capture_metal_source, source_digest
 
 HERE = Path(__file__).parent / "metal"
-
-
-def digest(source: str) -> str:
-    """The first 16 hex digits of the SHA-256: plenty to notice any change."""
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def main() -> None:
@@ -28,7 +22,8 @@ def main() -> None:
         old.unlink()
     for spec in representative_specs("metal"):
         (HERE / f"{spec.name}.metal").write_text(capture_metal_source(spec))
-    lines = [f"{spec.name} {digest(capture_metal_source(spec))}" for spec in all_specs("metal")]
+    lines = [f"{spec.name} {source_digest(capture_metal_source(spec))}"
+             for spec in all_specs("metal")]
     (HERE / "manifest.txt").write_text("\n".join(lines) + "\n")
     print(f"wrote {len(lines)} digests and {len(representative_specs('metal'))} sources "
           f"under {HERE}")

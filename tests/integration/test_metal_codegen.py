@@ -6,7 +6,6 @@ The complete MSL is captured through `mx.export_function` + `verbose=True` on th
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import mlx.core as mx
@@ -14,7 +13,7 @@ import pytest
 
 from mlx_paged.codegen.build import KernelRenderError, define
 from mlx_paged.codegen.catalog import all_specs, representative_specs
-from mlx_paged.codegen.metal_capture import capture_metal_source, sample_inputs
+from mlx_paged.codegen.metal_capture import capture_metal_source, source_digest
 from mlx_paged.codegen.metal_check import MetalCheckError, check_metal_source
 from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.paged_attention import paged_attention_decode
@@ -41,7 +40,7 @@ def test_every_metal_spec_matches_its_digest_and_compiles():
     assert sorted(manifest) == sorted(s.name for s in specs)
     for spec in specs:
         source = capture_metal_source(spec)
-        assert hashlib.sha256(source.encode()).hexdigest()[:16] == manifest[spec.name], (
+        assert source_digest(source) == manifest[spec.name], (
             f"{spec.name} changed; if intended, run tests/golden/update_golden.py")
         check_metal_source(source, spec.name)
 
@@ -82,32 +81,11 @@ def test_captured_source_is_mlx_wrapping_of_our_body():
 
 def _capture_with_body(spec: KernelSpec, body: str) -> str:
     """MLX's wrapping of a modified body, captured the same way as the real one."""
-    import os
-    import re
-    import tempfile
-
     defn = define(spec)
     kernel = mx.fast.metal_kernel(name=spec.name + "_broken", input_names=list(defn.input_names),
                                   output_names=list(defn.output_names), source=body,
                                   header=defn.header, ensure_row_contiguous=False)
-    inputs, shapes, dtypes = sample_inputs(spec)
-
-    def call(*args):
-        return kernel(inputs=list(args), output_shapes=shapes, output_dtypes=dtypes,
-                      grid=(256, 8, 1), threadgroup=(128, 1, 1),
-                      template=[("T", mx.bfloat16)], verbose=True)
-
-    with tempfile.TemporaryDirectory() as tmp:
-        saved = os.dup(1)
-        try:
-            with open(os.path.join(tmp, "out"), "w") as sink:
-                os.dup2(sink.fileno(), 1)
-                mx.export_function(os.path.join(tmp, "k"), call, *inputs)
-        finally:
-            os.dup2(saved, 1)
-            os.close(saved)
-        text = open(os.path.join(tmp, "out")).read()
-    return re.search(r"```\n(.*?)\n```", text, re.S).group(1)
+    return capture_metal_source(spec, kernel=kernel)
 
 
 @pytest.mark.parametrize("breakage,replace,message", [
