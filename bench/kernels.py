@@ -25,6 +25,8 @@ from mlx_paged.codegen.spec import UnsupportedSpecError
 from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
 from mlx_paged.kernels.paged_attention_reference import gather_pages, paged_attention_reference
 
+from .paged_read import paged_read
+
 _DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
 
 
@@ -190,6 +192,9 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
             del runs[name]
     for name, fn in runs.items():
         row["us"][name] = time_mlx(fn) * 1e6
+    if current_backend() == "cuda" and 32 % (args.head_dim * dtype.size // 16) == 0:
+        # Not an attention: the same bytes read with no math, the ceiling of the access pattern.
+        row["us"]["paged_read"] = time_mlx(lambda: paged_read(k_pages, v_pages, tables, lens)) * 1e6
     k, v = contiguous_kv(k_pages, v_pages, tables, context)
     outputs["mlx_sdpa"] = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
     row["us"]["mlx_sdpa"] = time_mlx(

@@ -10,7 +10,10 @@ import mlx.core as mx
 
 from .spec import KernelSpec
 
-MAX_THREADGROUP_BYTES = 32 * 1024   # Metal's static threadgroup-memory limit; we hold CUDA to it
+MAX_THREADGROUP_BYTES = 32 * 1024   # Metal's threadgroup-memory limit, for everything on Metal
+MAX_CUDA_STATIC_SHARED = 48 * 1024   # static __shared__ per block; more must be dynamic
+MAX_CUDA_SHARED = 227 * 1024         # static + dynamic per block on an H100/H200
+MLX_CUDA_DYNAMIC_THRESHOLD = 48000   # MLX opts a kernel into more dynamic memory above this
 MAX_THREADS_PER_THREADGROUP = 1024
 MAX_METAL_BUFFERS = 31               # Metal's buffer argument table
 
@@ -36,6 +39,7 @@ class KernelDefinition:
     output_names: tuple[str, ...]
     threads_per_threadgroup: int
     threadgroup_bytes: int
+    ring_bytes: int = 0  # the K/V ring: static threadgroup memory on Metal, dynamic on CUDA
     notes: dict = field(default_factory=dict, compare=False)
 
     def num_buffers(self) -> int:
@@ -49,9 +53,15 @@ class KernelDefinition:
 def check_definition(defn: KernelDefinition) -> KernelDefinition:
     """Render-time limits every backend must respect; raises `KernelRenderError`."""
     name = defn.spec.name
-    if defn.threadgroup_bytes > MAX_THREADGROUP_BYTES:
-        raise KernelRenderError(f"{name}: {defn.threadgroup_bytes} bytes of threadgroup memory "
+    total = defn.threadgroup_bytes + defn.ring_bytes
+    if defn.spec.backend == "metal" and total > MAX_THREADGROUP_BYTES:
+        raise KernelRenderError(f"{name}: {total} bytes of threadgroup memory "
                                 f"(limit {MAX_THREADGROUP_BYTES})")
+    if defn.spec.backend == "cuda" and (defn.threadgroup_bytes > MAX_CUDA_STATIC_SHARED
+                                        or total > MAX_CUDA_SHARED):
+        raise KernelRenderError(f"{name}: {defn.threadgroup_bytes} static + {defn.ring_bytes} "
+                                f"dynamic bytes of shared memory (limits "
+                                f"{MAX_CUDA_STATIC_SHARED}, {MAX_CUDA_SHARED} in all)")
     if not 32 <= defn.threads_per_threadgroup <= MAX_THREADS_PER_THREADGROUP:
         raise KernelRenderError(f"{name}: {defn.threads_per_threadgroup} threads per "
                                 f"threadgroup (32..{MAX_THREADS_PER_THREADGROUP})")
@@ -80,4 +90,19 @@ def build(spec: KernelSpec):
                   header=defn.header, ensure_row_contiguous=False)
     if spec.backend == "metal":
         return mx.fast.metal_kernel(**common)
-    return mx.fast.cuda_kernel(**common)
+    return mx.fast.cuda_kernel(**common, shared_memory=cuda_dynamic_shared(defn))
+
+
+def cuda_dynamic_shared(defn: KernelDefinition) -> int:
+    """Dynamic shared memory to request for `defn` on CUDA.
+
+    MLX raises the kernel's dynamic-shared-memory limit only for requests over 48,000 bytes, and
+    the default limit is 48 KB minus the static shared memory; a ring that fits under 48,000
+    but not beside the static arrays is asked for as 48,001 bytes so the limit is raised.
+    """
+    if not defn.ring_bytes:
+        return 0
+    if defn.ring_bytes <= MLX_CUDA_DYNAMIC_THRESHOLD and (
+            defn.ring_bytes + defn.threadgroup_bytes > MAX_CUDA_STATIC_SHARED):
+        return MLX_CUDA_DYNAMIC_THRESHOLD + 1
+    return defn.ring_bytes

@@ -25,6 +25,7 @@ class Dialect:
     lane: str          # lane inside the simdgroup / warp
     simd_index: str    # simdgroup / warp index inside the threadgroup
     shared: str        # qualifier of threadgroup-shared arrays
+    shared_ptr: str    # address-space qualifier of a pointer into them
     barrier: str       # every thread of the threadgroup
     finite_min: str    # most negative finite float: the online-softmax sentinel
     exp2: str          # fast base-2 exponential of a float
@@ -44,6 +45,7 @@ METAL = Dialect(
     lane="thread_index_in_simdgroup",
     simd_index="simdgroup_index_in_threadgroup",
     shared="threadgroup",
+    shared_ptr="threadgroup ",
     barrier="threadgroup_barrier(mem_flags::mem_threadgroup)",
     finite_min="Limits<float>::finite_min",
     exp2="fast::exp2",
@@ -63,6 +65,7 @@ CUDA = Dialect(
     lane="(threadIdx.x & 31)",
     simd_index="(threadIdx.x >> 5)",
     shared="__shared__",
+    shared_ptr="",
     barrier="__syncthreads()",
     finite_min="Limits<float>::finite_min()",
     exp2="exp2f",

@@ -24,6 +24,7 @@ typedef unsigned long size_t;
 
 struct uint2 { uint x, y; };
 struct uint3 { uint x, y, z; };
+struct uint4 { uint x, y, z, w; };
 
 // 16-bit floats: convert to and from float explicitly or implicitly, as in MSL.
 struct half {
@@ -73,6 +74,8 @@ int simd_max(int);
 float simd_shuffle_xor(float, ushort);
 int simd_shuffle_xor(int, ushort);
 float simd_shuffle_down(float, ushort);
+int simd_shuffle(int, ushort);
+float simd_shuffle(float, ushort);
 float simd_broadcast(float, ushort);
 
 namespace fast {

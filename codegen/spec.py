@@ -11,15 +11,14 @@ HEAD_DIMS = (64, 80, 96, 128, 256)
 BLOCK_SIZES = (8, 16, 32)
 GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
 PARTITION_SIZES = (0, 128, 256, 512)  # 0: single pass over the whole sequence
-# Tuning variants (0 / False: the kernel's own choice), named by a suffix: `_pl` software
-# pipelining, `_h` one simdgroup per KV head (a threadgroup per sequence and partition),
-# `_t16` lanes per K/V row, `_c4` tokens per softmax chunk, `_w8` simdgroups.
-TUNING = (("pipelined", "pl"), ("heads_per_threadgroup", "h"), ("lanes_per_row", "t"),
-          ("chunk", "c"), ("simdgroups", "w"))
+# Tuning variants (0: the kernel's own choice for the backend), named by a suffix: `_s3` K/V
+# staged through a 3-slot shared-memory ring per simdgroup (`_s1`: loaded straight into
+# registers), `_t16` lanes per K/V row, `_c4` tokens per softmax chunk, `_w8` simdgroups.
+TUNING = (("stages", "s"), ("lanes_per_row", "t"), ("chunk", "c"), ("simdgroups", "w"))
 POWERS_OF_TWO = (0, 1, 2, 4, 8, 16, 32)
+STAGES = (0, 1, 2, 3, 4)
 OPS = ("paged_decode", "paged_decode_reduce")
 
-_FLAGS = ("pipelined", "heads_per_threadgroup")
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 
@@ -32,7 +31,7 @@ class KernelSpec:
     """One kernel variant. Its `name` says everything that changes the generated code, e.g.
     `paged_decode_metal_bf16_hd128_bs16_g4_p512` (p0 is the single-pass variant, `_sw` marks
     sliding-window support). Tuning variants for kernel authors add a suffix (see `TUNING`),
-    e.g. `_pl_w8`; the catalog and the engine's routing use none."""
+    e.g. `_s3_w8`; the catalog and the engine's routing use none."""
 
     op: str
     backend: str
@@ -42,8 +41,7 @@ class KernelSpec:
     gqa: int = 1
     partition_size: int = 0
     sliding_window: bool = False
-    pipelined: bool = False
-    heads_per_threadgroup: bool = False
+    stages: int = 0
     lanes_per_row: int = 0
     chunk: int = 0
     simdgroups: int = 0
@@ -51,7 +49,7 @@ class KernelSpec:
     def __post_init__(self):
         checks = (("op", OPS), ("backend", BACKENDS), ("dtype", DTYPES),
                   ("head_dim", HEAD_DIMS), ("block_size", BLOCK_SIZES), ("gqa", GQA_GROUPS),
-                  ("partition_size", PARTITION_SIZES), ("lanes_per_row", POWERS_OF_TWO),
+                  ("partition_size", PARTITION_SIZES), ("stages", STAGES), ("lanes_per_row", POWERS_OF_TWO),
                   ("chunk", POWERS_OF_TWO), ("simdgroups", POWERS_OF_TWO[:-1]))
         for field_name, allowed in checks:
             value = getattr(self, field_name)
@@ -59,9 +57,6 @@ class KernelSpec:
                 raise UnsupportedSpecError(
                     f"{self.name}: {field_name}={value!r} is not generated "
                     f"(supported: {', '.join(map(str, allowed))})")
-        if self.heads_per_threadgroup and self.simdgroups:
-            raise UnsupportedSpecError(f"{self.name}: with one simdgroup per KV head the "
-                                       f"simdgroup count is the KV head count")
         if self.op == "paged_decode_reduce" and self.tuning_suffix:
             raise UnsupportedSpecError(f"{self.name}: tuning variants apply to pass 1 only")
         if self.op == "paged_decode_reduce" and self.partition_size == 0:
@@ -83,31 +78,26 @@ class KernelSpec:
 
     @property
     def tuning_suffix(self) -> str:
-        """`pl_t32_c2_w8`-style name of the tuning variant ("" for the kernel's own choices)."""
+        """`s3_t32_c2_w8`-style name of the tuning variant ("" for the kernel's own choices)."""
         parts = []
         for field_name, tag in TUNING:
             value = getattr(self, field_name)
-            if value is True:
-                parts.append(tag)
-            elif value:
+            if value:
                 parts.append(f"{tag}{value}")
         return "_".join(parts)
 
     @staticmethod
     def parse_tuning(suffix: str) -> dict:
-        """`"pl_w8"` -> `{"pipelined": True, "simdgroups": 8}` (the inverse of `tuning_suffix`)."""
+        """`"s3_w8"` -> `{"stages": 3, "simdgroups": 8}` (the inverse of `tuning_suffix`)."""
         values: dict = {}
         for token in filter(None, suffix.split("_")):
             for field_name, tag in TUNING:
-                if token == tag and field_name in _FLAGS:
-                    values[field_name] = True
-                    break
-                if field_name not in _FLAGS and token.startswith(tag) and token[len(tag):].isdigit():
+                if token.startswith(tag) and token[len(tag):].isdigit():
                     values[field_name] = int(token[len(tag):])
                     break
             else:
                 raise UnsupportedSpecError(
-                    f"{token!r} in {suffix!r} is not a tuning variant (pl, h, tN, cN, wN)")
+                    f"{token!r} in {suffix!r} is not a tuning variant (sN, tN, cN, wN)")
         return values
 
     @property
@@ -124,7 +114,7 @@ class KernelSpec:
 
     @classmethod
     def parse(cls, name: str) -> "KernelSpec":
-        """Inverse of `name`: `paged_decode_cuda_bf16_hd128_bs16_g4_p512[_sw][_pl_w8...]`."""
+        """Inverse of `name`: `paged_decode_cuda_bf16_hd128_bs16_g4_p512[_sw][_s3_w8...]`."""
         short_to_dtype = {v: k for k, v in _DTYPE_SHORT.items()}
         op = next((o for o in sorted(OPS, key=len, reverse=True) if name.startswith(o + "_")),
                   None)

@@ -17,6 +17,7 @@ from mlx_paged.codegen.environment import render, render_macro
 from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
 
 DEFAULT_PARTITION_SIZE = 512
+RING_SLOT_BYTES = 4096  # of K per slot (and as much of V): one page of hd128 bf16 at block 16
 # Routing between the single-pass and split-K kernels, from the H200 sweep in docs/kernels.md:
 # with enough (sequence, KV head) threadgroups to fill the GPU, splitting the context only adds
 # the reduce pass; with few, the partitions are where the parallelism comes from.
@@ -34,6 +35,14 @@ class Geometry:
     epl: int            # head-dim elements per lane (head_dim = tpr * epl)
     chunk: int          # tokens per online-softmax rescale, per row group
     vector_loads: bool  # rows split into 16-byte aligned lane chunks
+    stages: int         # 1: K/V loaded into registers; N > 1: an N-slot shared ring per simdgroup
+    stage_rows: int     # rows of K (and of V) per ring slot (0 without a ring)
+
+    def ring_bytes(self, spec: KernelSpec) -> int:
+        """Shared memory of the K/V rings of all simdgroups (0 without a ring)."""
+        if self.stages < 2:
+            return 0
+        return self.nsg * self.stages * 2 * self.stage_rows * spec.head_dim * spec.itemsize
 
 
 def _threadgroup_bytes(nsg: int, spec: KernelSpec) -> int:
@@ -51,22 +60,34 @@ def geometry(spec: KernelSpec) -> Geometry:
         raise UnsupportedSpecError(f"{spec.name}: {tpr} lanes per row must divide head_dim "
                                    f"and leave at most block_size rows per simdgroup")
     epl = spec.head_dim // tpr
-    tokens = spec.block_size // (32 // tpr)
-    # Score registers per chunk: GQA x chunk <= 32 (16 when pipelined: two chunks in flight).
-    budget = 16 if spec.pipelined else 32
+    rpw = 32 // tpr
+    # Straight into registers unless a ring is asked for: on the H200 the cp.async ring
+    # measured no faster (docs/kernels.md), so it stays a tuning variant (`_s2`..`_s4`).
+    stages = spec.stages or 1
+    row_bytes = spec.head_dim * spec.itemsize
+    # The largest slice of a page whose K fits a ring slot (power-of-two rows, like blocks).
+    stage_rows = spec.block_size
+    while stage_rows > rpw and stage_rows * row_bytes > RING_SLOT_BYTES:
+        stage_rows //= 2
+    if stages == 1:
+        stage_rows = 0
+    tokens = (stage_rows or spec.block_size) // rpw
+    # Score registers per chunk: GQA x chunk <= 32.
     chunk = spec.chunk or max(
-        [c for c in range(1, tokens + 1) if tokens % c == 0 and c * spec.gqa <= budget],
-        default=1)
+        [c for c in range(1, tokens + 1) if tokens % c == 0 and c * spec.gqa <= 32], default=1)
     if tokens % chunk:
         raise UnsupportedSpecError(f"{spec.name}: a chunk of {chunk} tokens does not divide "
-                                   f"the {tokens} tokens per row group of a block")
+                                   f"the {tokens} tokens per row group of a step")
     nsg = spec.simdgroups
     if not nsg:  # 4, halved while the merge buffer would pass Metal's 32 KB
         nsg = 4
         while nsg > 1 and _threadgroup_bytes(nsg, spec) > 32 * 1024:
             nsg //= 2
     vector_loads = (epl * spec.itemsize) % 16 == 0
-    return Geometry(nsg, tpr, epl, chunk, vector_loads)
+    if stages > 1 and row_bytes % 16:
+        raise UnsupportedSpecError(f"{spec.name}: the ring copies 16-byte units; a "
+                                   f"{row_bytes}-byte row is not a whole number of them")
+    return Geometry(nsg, tpr, epl, chunk, vector_loads, stages, stage_rows)
 
 
 def define(spec: KernelSpec) -> KernelDefinition:
@@ -76,14 +97,12 @@ def define(spec: KernelSpec) -> KernelDefinition:
     if spec.op == "paged_decode":
         geo = geometry(spec)
         outputs = ("partial_out", "partial_max", "partial_sum") if spec.partitioned else ("out",)
-        # One simdgroup per KV head: 32 threads per head (the launcher multiplies), no merge.
-        per_head = spec.heads_per_threadgroup
         return KernelDefinition(
             spec=spec, source=render("paged_attention.jinja", spec, geo=geo), header=header,
             input_names=("queries", "k_pages", "v_pages", "block_tables", "seq_lens", "scale")
             + window,
-            output_names=outputs, threads_per_threadgroup=32 if per_head else geo.nsg * 32,
-            threadgroup_bytes=0 if per_head else _threadgroup_bytes(geo.nsg, spec),
+            output_names=outputs, threads_per_threadgroup=geo.nsg * 32,
+            threadgroup_bytes=_threadgroup_bytes(geo.nsg, spec), ring_bytes=geo.ring_bytes(spec),
             notes={"geometry": geo})
     return KernelDefinition(
         spec=spec, source=render("paged_attention_reduce.jinja", spec), header=header,
@@ -110,7 +129,7 @@ def decode_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, 
                  sliding_window: bool, partition_size: int = DEFAULT_PARTITION_SIZE,
                  variant: str = "") -> tuple[KernelSpec, KernelSpec, KernelSpec]:
     """(single pass, pass 1, pass 2) specs for one attention shape; `variant` is a tuning
-    suffix for pass 1 (e.g. "pl_w8", see KernelSpec)."""
+    suffix for pass 1 (e.g. "s2_w8", see KernelSpec)."""
     if dtype not in _DTYPE_NAMES:
         raise UnsupportedSpecError(f"paged decode kernels take float16/bfloat16/float32 "
                                    f"pages, not {dtype}")
@@ -143,7 +162,7 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     Args:
         single_pass: force one variant (benchmarks); None applies `use_single_pass`.
         partition_size, variant: tuning for kernel authors (benchmarks); `variant` is a
-            KernelSpec tuning suffix such as "pl_w8".
+            KernelSpec tuning suffix such as "s2_w8".
 
     Raises:
         UnsupportedSpecError: for an input the kernels cannot serve (the message names the spec).
@@ -180,9 +199,6 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     num_partitions = math.ceil(block_tables.shape[1] * block_size / partition_size)
     if single_pass is None:
         single_pass = use_single_pass(num_seqs, num_kv_heads, num_partitions)
-    if single.heads_per_threadgroup and num_kv_heads > 32:
-        raise UnsupportedSpecError(f"{single.name}: one simdgroup per KV head allows at most 32 "
-                                   f"KV heads, not {num_kv_heads}")
     if single_pass:
         tg, grid_x = _threads(single, num_kv_heads)
         return build(single)(
@@ -216,8 +232,6 @@ def _constant(value, dtype) -> mx.array:
 def _threads(spec: KernelSpec, num_kv_heads: int) -> tuple[int, int]:
     """(threads per threadgroup, threads along the grid's x axis) of a pass-1 launch."""
     threads = define_cached(spec).threads_per_threadgroup
-    if spec.heads_per_threadgroup:
-        return threads * num_kv_heads, threads * num_kv_heads
     return threads, threads * num_kv_heads
 
 

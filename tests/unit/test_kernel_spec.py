@@ -51,49 +51,62 @@ def test_simdgroup_override_is_named_and_rendered():
         KernelSpec("paged_decode", "metal", "bfloat16", 128, 16, 4, 0, simdgroups=3)
 
 
-def test_pipelined_variant_is_named_and_holds_two_half_chunks():
-    spec = KernelSpec("paged_decode", "metal", "float16", 64, 16, 4, 0, True, pipelined=True,
+def test_ring_variant_is_named_and_sized():
+    spec = KernelSpec("paged_decode", "metal", "float16", 64, 16, 4, 0, True, stages=2,
                       simdgroups=2)
-    assert spec.name == "paged_decode_metal_f16_hd64_bs16_g4_p0_sw_pl_w2"
+    assert spec.name == "paged_decode_metal_f16_hd64_bs16_g4_p0_sw_s2_w2"
     assert KernelSpec.parse(spec.name) == spec
     plain = KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 4, 512)
-    piped = KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 4, 512, pipelined=True)
-    assert (geometry(plain).chunk, geometry(piped).chunk) == (8, 4)
-    source = define(piped).source
-    assert "T kb[CHUNK][EPL];" in source and "for (int st = 0; st < pa_num_steps; st += 2)" in source
-    assert "pa_num_steps" not in define(plain).source
+    ring = KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 4, 512, stages=3)
+    assert (geometry(plain).stages, geometry(ring).stages, geometry(ring).stage_rows) == (1, 3, 16)
+    # 4 simdgroups x 3 slots x (16 rows of K + 16 of V) x 256 bytes, dynamic on CUDA.
+    assert define(ring).ring_bytes == 4 * 3 * 2 * 16 * 256 and define(plain).ring_bytes == 0
+    assert "mlx_paged_cp_async16(" in define(ring).source
+    assert "extern __shared__ uint4 pa_ring[];" in define(ring).source
+    assert "pa_ring" not in define(plain).source
+    # A slot holds at most 4 KB of K: 8 rows of hd256 bf16 per step.
+    assert geometry(KernelSpec("paged_decode", "cuda", "bfloat16", 256, 32, 2, 0, stages=2)).stage_rows == 8
+    # Metal keeps everything in its 32 KB: the same ring does not fit there.
+    with pytest.raises(KernelRenderError, match="threadgroup memory"):
+        define(ring.with_backend("metal"))
     with pytest.raises(UnsupportedSpecError, match="pass 1 only"):
-        KernelSpec("paged_decode_reduce", "cuda", "bfloat16", 128, 16, 4, 512, pipelined=True)
+        KernelSpec("paged_decode_reduce", "cuda", "bfloat16", 128, 16, 4, 512, stages=2)
+    with pytest.raises(UnsupportedSpecError, match="stages=5"):
+        KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 4, 512, stages=5)
+
+
+def test_cuda_ring_beside_static_memory_asks_mlx_to_raise_the_limit():
+    from mlx_paged.codegen.build import cuda_dynamic_shared
+
+    # 16.5 KB of merge buffer + a 32 KB ring pass 48 KB, but MLX only raises the limit for
+    # requests over 48,000 bytes: the request is lifted just over that.
+    tight = define(KernelSpec.parse("paged_decode_cuda_bf16_hd256_bs16_g8_p512_s2"))
+    assert (tight.threadgroup_bytes, tight.ring_bytes) == (16512, 32768)
+    assert cuda_dynamic_shared(tight) == 48001
+    roomy = define(KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p512_s2"))
+    assert cuda_dynamic_shared(roomy) == roomy.ring_bytes == 65536
+    assert cuda_dynamic_shared(define(KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p512"))) == 0
 
 
 def test_tuning_suffixes_parse_and_override_the_geometry():
-    assert KernelSpec.parse_tuning("pl_t32_c2_w8") == dict(pipelined=True, lanes_per_row=32,
+    assert KernelSpec.parse_tuning("s3_t32_c2_w8") == dict(stages=3, lanes_per_row=32,
                                                           chunk=2, simdgroups=8)
-    assert KernelSpec.parse_tuning("h_c4") == dict(heads_per_threadgroup=True, chunk=4)
+    assert KernelSpec.parse_tuning("s2_c4") == dict(stages=2, chunk=4)
     assert KernelSpec.parse_tuning("") == {}
-    with pytest.raises(UnsupportedSpecError, match="'x9' in 'pl_x9' is not a tuning variant"):
-        KernelSpec.parse_tuning("pl_x9")
+    with pytest.raises(UnsupportedSpecError, match="'x9' in 's2_x9' is not a tuning variant"):
+        KernelSpec.parse_tuning("s2_x9")
+    with pytest.raises(UnsupportedSpecError, match="'pl' in 'pl' is not a tuning variant"):
+        KernelSpec.parse_tuning("pl")
     spec = KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 4, 512, lanes_per_row=32,
                       chunk=2)
     assert spec.tuning_suffix == "t32_c2" and KernelSpec.parse(spec.name) == spec
-    assert geometry(spec) == Geometry(nsg=4, tpr=32, epl=4, chunk=2, vector_loads=False)
+    assert geometry(spec) == Geometry(nsg=4, tpr=32, epl=4, chunk=2, vector_loads=False,
+                                      stages=1, stage_rows=0)
     # 16 lanes x 8 rows per simdgroup exceed a block of 8 tokens; 3 does not divide 8 tokens.
     with pytest.raises(UnsupportedSpecError, match="lanes per row"):
         geometry(KernelSpec("paged_decode", "cuda", "float32", 64, 8, 1, 0, lanes_per_row=2))
     with pytest.raises(UnsupportedSpecError, match="chunk of 16 tokens"):
         geometry(KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 1, 0, chunk=16))
-
-
-def test_heads_per_threadgroup_variant():
-    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p512_pl_h")
-    assert spec.heads_per_threadgroup and spec.pipelined
-    defn = define(spec)
-    # 32 threads per KV head (the launcher multiplies), no threadgroup merge buffer.
-    assert (defn.threads_per_threadgroup, defn.threadgroup_bytes) == (32, 0)
-    assert "const int pa_kv_head = (threadIdx.x >> 5);" in defn.source
-    assert "blockDim.x / 32" in defn.source and "__shared__" not in defn.source
-    with pytest.raises(UnsupportedSpecError, match="simdgroup count is the KV head count"):
-        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p512_h_w8")
 
 
 def test_reduce_needs_a_partition_and_parse_rejects_garbage():
@@ -106,13 +119,13 @@ def test_reduce_needs_a_partition_and_parse_rejects_garbage():
 
 
 @pytest.mark.parametrize("dtype,hd,bs,g,expected", [
-    ("bfloat16", 128, 16, 4, Geometry(nsg=4, tpr=16, epl=8, chunk=8, vector_loads=True)),
-    ("bfloat16", 128, 16, 8, Geometry(nsg=4, tpr=16, epl=8, chunk=4, vector_loads=True)),
-    ("float32", 128, 16, 4, Geometry(nsg=4, tpr=32, epl=4, chunk=8, vector_loads=True)),
-    ("bfloat16", 80, 8, 3, Geometry(nsg=4, tpr=8, epl=10, chunk=2, vector_loads=False)),
-    ("float32", 96, 32, 1, Geometry(nsg=4, tpr=16, epl=6, chunk=16, vector_loads=False)),
+    ("bfloat16", 128, 16, 4, Geometry(nsg=4, tpr=16, epl=8, chunk=8, vector_loads=True, stages=1, stage_rows=0)),
+    ("bfloat16", 128, 16, 8, Geometry(nsg=4, tpr=16, epl=8, chunk=4, vector_loads=True, stages=1, stage_rows=0)),
+    ("float32", 128, 16, 4, Geometry(nsg=4, tpr=32, epl=4, chunk=8, vector_loads=True, stages=1, stage_rows=0)),
+    ("bfloat16", 80, 8, 3, Geometry(nsg=4, tpr=8, epl=10, chunk=2, vector_loads=False, stages=1, stage_rows=0)),
+    ("float32", 96, 32, 1, Geometry(nsg=4, tpr=16, epl=6, chunk=16, vector_loads=False, stages=1, stage_rows=0)),
     # 4 simdgroups x 8 heads x 256 dims of fp32 would need 33 KB: halved to 2 simdgroups.
-    ("bfloat16", 256, 16, 8, Geometry(nsg=2, tpr=32, epl=8, chunk=4, vector_loads=True)),
+    ("bfloat16", 256, 16, 8, Geometry(nsg=2, tpr=32, epl=8, chunk=4, vector_loads=True, stages=1, stage_rows=0)),
 ])
 def test_geometry(dtype, hd, bs, g, expected):
     assert geometry(KernelSpec("paged_decode", "cuda", dtype, hd, bs, g, 0)) == expected
