@@ -11,12 +11,15 @@ HEAD_DIMS = (64, 80, 96, 128, 256)
 BLOCK_SIZES = (8, 16, 32)
 GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
 PARTITION_SIZES = (0, 128, 256, 512)  # 0: single pass over the whole sequence
-# Tuning variants (0: the kernel's own choice for the backend), named by a suffix: `_s3` K/V
+# Tuning variants (0: the kernel's own choice for the backend), named by a suffix: `_mma` the
+# scores and P.V on CUDA tensor cores (bf16/fp16), `_s3` K/V
 # staged through a 3-slot shared-memory ring per simdgroup (`_s1`: loaded straight into
 # registers), `_t16` lanes per K/V row, `_c4` tokens per softmax chunk, `_w8` simdgroups.
-TUNING = (("stages", "s"), ("lanes_per_row", "t"), ("chunk", "c"), ("simdgroups", "w"))
+TUNING = (("tensor_cores", "mma"), ("stages", "s"), ("lanes_per_row", "t"), ("chunk", "c"),
+          ("simdgroups", "w"))
 POWERS_OF_TWO = (0, 1, 2, 4, 8, 16, 32)
 STAGES = (0, 1, 2, 3, 4)
+_FLAGS = ("tensor_cores",)
 OPS = ("paged_decode", "paged_decode_reduce")
 
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -41,6 +44,7 @@ class KernelSpec:
     gqa: int = 1
     partition_size: int = 0
     sliding_window: bool = False
+    tensor_cores: bool = False
     stages: int = 0
     lanes_per_row: int = 0
     chunk: int = 0
@@ -82,7 +86,9 @@ class KernelSpec:
         parts = []
         for field_name, tag in TUNING:
             value = getattr(self, field_name)
-            if value:
+            if value is True:
+                parts.append(tag)
+            elif value:
                 parts.append(f"{tag}{value}")
         return "_".join(parts)
 
@@ -92,12 +98,15 @@ class KernelSpec:
         values: dict = {}
         for token in filter(None, suffix.split("_")):
             for field_name, tag in TUNING:
-                if token.startswith(tag) and token[len(tag):].isdigit():
+                if token == tag and field_name in _FLAGS:
+                    values[field_name] = True
+                    break
+                if field_name not in _FLAGS and token.startswith(tag) and token[len(tag):].isdigit():
                     values[field_name] = int(token[len(tag):])
                     break
             else:
                 raise UnsupportedSpecError(
-                    f"{token!r} in {suffix!r} is not a tuning variant (sN, tN, cN, wN)")
+                    f"{token!r} in {suffix!r} is not a tuning variant (mma, sN, tN, cN, wN)")
         return values
 
     @property

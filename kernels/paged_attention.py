@@ -37,6 +37,9 @@ class Geometry:
     vector_loads: bool  # rows split into 16-byte aligned lane chunks
     stages: int         # 1: K/V loaded into registers; N > 1: an N-slot shared ring per simdgroup
     stage_rows: int     # rows of K (and of V) per ring slot (0 without a ring)
+    tensor_cores: bool = False  # mma.sync scores and P.V (CUDA, bf16/fp16)
+    mma_k_width: int = 0        # bytes per load of a lane's K slice / V slice on that path
+    mma_v_width: int = 0
 
     def ring_bytes(self, spec: KernelSpec) -> int:
         """Shared memory of the K/V rings of all simdgroups (0 without a ring)."""
@@ -84,10 +87,30 @@ def geometry(spec: KernelSpec) -> Geometry:
         while nsg > 1 and _threadgroup_bytes(nsg, spec) > 32 * 1024:
             nsg //= 2
     vector_loads = (epl * spec.itemsize) % 16 == 0
+    if spec.tensor_cores:
+        return _tensor_core_geometry(spec, nsg)
     if stages > 1 and row_bytes % 16:
         raise UnsupportedSpecError(f"{spec.name}: the ring copies 16-byte units; a "
                                    f"{row_bytes}-byte row is not a whole number of them")
     return Geometry(nsg, tpr, epl, chunk, vector_loads, stages, stage_rows)
+
+
+def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
+    """The mma.sync path: a lane group per GQA head, 16-token sub-pages (see the template)."""
+    if spec.backend != "cuda":
+        raise UnsupportedSpecError(f"{spec.name}: the tensor-core path is CUDA only (mma.sync)")
+    if spec.dtype == "float32":
+        raise UnsupportedSpecError(f"{spec.name}: the tensor-core path takes bf16/fp16 pages")
+    if spec.block_size % 16:
+        raise UnsupportedSpecError(f"{spec.name}: the tensor-core path reads 16-token sub-pages")
+    if spec.stages or spec.lanes_per_row or spec.chunk:
+        raise UnsupportedSpecError(f"{spec.name}: the tensor-core path combines with wN only")
+
+    def width(nbytes: int) -> int:
+        return next(w for w in (16, 8, 4, 2) if nbytes % w == 0)
+    return Geometry(nsg, tpr=4, epl=spec.head_dim // 4, chunk=16, vector_loads=True, stages=1,
+                    stage_rows=0, tensor_cores=True, mma_k_width=width(spec.head_dim // 2),
+                    mma_v_width=width(spec.head_dim // 4))
 
 
 def define(spec: KernelSpec) -> KernelDefinition:

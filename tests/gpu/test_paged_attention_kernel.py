@@ -69,7 +69,7 @@ def test_long_context_32k(dtype):
 
 @pytest.mark.parametrize("variant", ["w1", "w2", "w8", "s1_w16", "s1", "s2", "s4", "s2_w8",
                                      "t32", "t8", "c1", "c2", "t32_c4_w8", "s1_t32_w2",
-                                     "s4_c4", "s2_t32_c2"])
+                                     "s4_c4", "s2_t32_c2", "mma", "mma_w2", "mma_w8"])
 def test_tuning_variants(variant):
     """The variants `mlx-paged bench kernels --variant` times compute the same attention."""
     lens = [1, 77, 512, 1301]
@@ -81,8 +81,10 @@ def test_tuning_variants(variant):
         assert max_error(out, ref) <= TOLERANCE[BF16]
 
 
-# The shared-memory ring (the default loads straight into registers) on a spread of families.
-FAMILIES = [("s2", c) for c in SPECS[::2]] + [("s4", c) for c in SPECS[1::4]]
+# The shared-memory ring (the default loads straight into registers) on a spread of families,
+# and the tensor-core path on every family it serves (bf16/fp16, blocks of 16 or 32).
+FAMILIES = ([("s2", c) for c in SPECS[::2]] + [("s4", c) for c in SPECS[1::4]]
+            + [("mma", c) for c in SPECS if c[0] != F32 and c[2] % 16 == 0])
 
 
 @pytest.mark.parametrize("variant,case", FAMILIES,
