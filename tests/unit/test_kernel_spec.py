@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mlx_paged.codegen.build import KernelDefinition, KernelRenderError, check_definition, define
@@ -174,3 +176,26 @@ def test_render_checks_reject_what_a_backend_cannot_run():
         check_definition(_definition(input_names=many, source=body))
     with pytest.raises(KernelRenderError, match="'unused' is never used"):
         check_definition(_definition(input_names=("inp", "unused")))
+
+
+def test_tensor_core_variant_is_cuda_bf16_fp16_only():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p512_sw_mma_w2")
+    assert spec.tensor_cores and spec.simdgroups == 2 and spec.tuning_suffix == "mma_w2"
+    geo = geometry(spec)
+    # K: 32 dims (64 bytes) per lane per token; V: 16 dims (32 bytes): whole 16-byte loads.
+    assert (geo.tensor_cores, geo.mma_k_width, geo.mma_v_width, geo.nsg) == (True, 16, 16, 2)
+    # hd80: 40-byte K slices and 20-byte V slices load 8 and 4 bytes at a time.
+    hd80 = geometry(KernelSpec("paged_decode", "cuda", "float16", 80, 32, 3, 0, tensor_cores=True))
+    assert (hd80.mma_k_width, hd80.mma_v_width) == (8, 4)
+    source = define(spec).source
+    assert "mlx_paged_mma(sc[n], mm_q[s][0], 0u, mm_q[s][1], 0u, kw[0], kw[1], T{});" in source
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in define(spec).header
+    assert "mlx_paged_mma" not in define(dataclasses.replace(spec, tensor_cores=False)).source
+    refusals = [("metal", "float16", 16, {}, "CUDA only"),
+                ("cuda", "float32", 16, {}, "bf16/fp16"),
+                ("cuda", "bfloat16", 8, {}, "16-token sub-pages"),
+                ("cuda", "bfloat16", 16, {"stages": 2}, "wN only")]
+    for backend, dtype, block, extra, message in refusals:
+        with pytest.raises(UnsupportedSpecError, match=message):
+            geometry(KernelSpec("paged_decode", backend, dtype, 128, block, 4, 0,
+                                tensor_cores=True, **extra))
