@@ -13,10 +13,11 @@ def add_kernels_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=["metal", "cuda"], default=None,
                    help="list this backend's specs / render the spec for this backend")
     p.add_argument("--full", action="store_true",
-                   help="render: the complete Metal source MLX generates (signature included), "
-                        "captured through mx.export_function; Metal only")
+                   help="render: the complete source (Metal: as MLX generates it, captured "
+                        "through mx.export_function; CUDA: MLX's signature around the body)")
     p.add_argument("--check", action="store_true",
-                   help="render: also run the clang compile check on the complete Metal source")
+                   help="render: also compile it (Metal: clang against our MSL shim; CUDA: "
+                        "NVRTC for sm_90a, printing registers and spills)")
     p.set_defaults(run=run_kernels)
 
 
@@ -51,12 +52,11 @@ def run_kernels(args: argparse.Namespace) -> int:
     print(f"// {spec.name}: inputs {', '.join(defn.input_names)}; outputs "
           f"{', '.join(defn.output_names)}; {defn.threads_per_threadgroup} threads/threadgroup, "
           f"{defn.threadgroup_bytes} B threadgroup memory"
+          + (f" + {defn.ring_bytes} B ring" if defn.ring_bytes else "")
           + (f"; {geometry}" if geometry else ""), file=sys.stderr)
+    if (args.full or args.check) and spec.backend == "cuda":
+        return _render_cuda(defn, args.check)
     if args.full or args.check:
-        if spec.backend != "metal":
-            print("mlx-paged kernels render: --full/--check apply to Metal sources",
-                  file=sys.stderr)
-            return 2
         from mlx_paged.codegen.metal_capture import capture_metal_source
         from mlx_paged.codegen.metal_check import MetalCheckError, check_metal_source
 
@@ -75,4 +75,22 @@ def run_kernels(args: argparse.Namespace) -> int:
         print(defn.header)
         print("// ---- body ----")
     print(defn.source, end="")
+    return 0
+
+
+def _render_cuda(defn, check: bool) -> int:
+    """The CUDA translation unit MLX would compile; with `check`, NVRTC's verdict."""
+    from mlx_paged.codegen.cuda_check import CudaCheckError, check_cuda_source, wrap
+
+    print(wrap(defn), end="")
+    if not check:
+        return 0
+    try:
+        report = check_cuda_source(defn)
+    except CudaCheckError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"// {defn.spec.name}: NVRTC compile check passed ({report.registers} registers, "
+          f"{report.spill_bytes} B spilled, {report.shared_bytes} B static shared memory)",
+          file=sys.stderr)
     return 0
