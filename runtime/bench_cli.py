@@ -64,8 +64,8 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
                    help="skip shapes whose K+V exceed this many GiB")
     p.add_argument("--out", default="bench/out/kernels", help="folder for kernels.json/.png")
     p.add_argument("--variant", action="append", default=[], metavar="SUFFIX",
-                   help="also time this tuning variant of the kernel, e.g. pl, w8, t32_c2, "
-                        "pl_w8 (repeatable; see docs/kernels.md)")
+                   help="also time this tuning variant of the kernel, e.g. mma, s2, w8, "
+                        "t32_c2 (repeatable; see docs/kernels.md)")
     p.add_argument("--sequential-blocks", action="store_true",
                    help="give each sequence consecutive blocks instead of shuffled ones")
     p.add_argument("--replot", default=None, metavar="JSON",
