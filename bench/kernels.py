@@ -176,6 +176,10 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
         "gather_sdpa": lambda: paged_attention_reference(q, k_pages, v_pages, tables, lens,
                                                          positions, scale=scale),
     }
+    for size in getattr(args, "partition_size", []):  # split-K with other partition lengths
+        runs[f"paged_2pass_p{size}"] = functools.partial(
+            paged_attention_decode, q, k_pages, v_pages, tables, lens, scale=scale,
+            single_pass=False, partition_size=size)
     for variant in args.variant:  # tuning sweep: the routed kernel in other variants
         runs[f"paged_{variant}"] = functools.partial(
             paged_attention_decode, q, k_pages, v_pages, tables, lens, scale=scale,

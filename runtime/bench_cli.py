@@ -66,6 +66,8 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--variant", action="append", default=[], metavar="SUFFIX",
                    help="also time this tuning variant of the kernel, e.g. mma, s2, w8, "
                         "t32_c2 (repeatable; see docs/kernels.md)")
+    p.add_argument("--partition-size", action="append", type=int, default=[], metavar="N",
+                   help="also time split-K with N-token partitions (repeatable; 128..4096)")
     p.add_argument("--sequential-blocks", action="store_true",
                    help="give each sequence consecutive blocks instead of shuffled ones")
     p.add_argument("--replot", default=None, metavar="JSON",

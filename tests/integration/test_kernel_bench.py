@@ -14,7 +14,7 @@ from mlx_paged.bench import kernels
 def _args(**changes) -> argparse.Namespace:
     base = dict(batch=[2], context=[64], num_heads=4, num_kv_heads=2, head_dim=64,
                 block_size=16, dtype="float32", pool_gb=0.001, max_kv_gb=1.0,
-                variant=["s2_w2"], sequential_blocks=False)
+                variant=["s2_w2"], partition_size=[2048], sequential_blocks=False)
     return argparse.Namespace(**(base | changes))
 
 
@@ -35,7 +35,8 @@ def test_bench_shape_on_the_cpu_times_the_peers_and_skips_the_kernel(capsys):
     row = kernels.bench_shape(2, 64, _args(), torch_ok=False)
     out = capsys.readouterr().out
     # Without a GPU every kernel method is refused by name and left out, not faked.
-    for name in ("paged", "paged_1pass", "paged_2pass", "paged_2pass_p128", "paged_s2_w2"):
+    for name in ("paged", "paged_1pass", "paged_2pass", "paged_2pass_p128", "paged_2pass_p2048",
+                 "paged_s2_w2"):
         assert f"{name} skipped" in out and name in row["skipped"] and name not in row["us"]
     assert set(row["us"]) == {"gather_sdpa", "mlx_sdpa"}
     assert row["diff_base"] == "gather_sdpa"

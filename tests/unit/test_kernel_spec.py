@@ -199,3 +199,11 @@ def test_tensor_core_variant_is_cuda_bf16_fp16_only():
         with pytest.raises(UnsupportedSpecError, match=message):
             geometry(KernelSpec("paged_decode", backend, dtype, 128, block, 4, 0,
                                 tensor_cores=True, **extra))
+
+
+def test_long_partitions_are_specs_outside_the_catalog():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p4096")
+    assert spec.partition_size == 4096 and "constexpr int PARTITION = 4096;" in define(spec).source
+    assert all(s.partition_size <= 512 for s in all_specs("cuda"))
+    with pytest.raises(UnsupportedSpecError, match="partition_size=8192"):
+        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p8192")
