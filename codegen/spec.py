@@ -13,10 +13,10 @@ GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
 PARTITION_SIZES = (0, 128, 256, 512)  # 0: single pass over the whole sequence
 # Longer partitions for kernel authors' sweeps (`bench kernels --partition-size`), not catalogued.
 LONG_PARTITION_SIZES = (1024, 2048, 4096)
-# Tuning variants (0: the kernel's own choice for the backend), named by a suffix: `_mma` the
-# scores and P.V on CUDA tensor cores (bf16/fp16), `_s3` K/V
-# staged through a 3-slot shared-memory ring per simdgroup (`_s1`: loaded straight into
-# registers), `_t16` lanes per K/V row, `_c4` tokens per softmax chunk, `_w8` simdgroups.
+# Tuning variants (0 / False: the kernel's own choice), named by a suffix: `_mma` scores and
+# P.V on CUDA tensor cores (bf16/fp16), `_s3` K/V staged through a 3-slot shared-memory ring
+# per simdgroup (`_s1`: straight into registers, the default), `_t16` lanes per K/V row, `_c4`
+# tokens per softmax chunk, `_w8` simdgroups.
 TUNING = (("tensor_cores", "mma"), ("stages", "s"), ("lanes_per_row", "t"), ("chunk", "c"),
           ("simdgroups", "w"))
 POWERS_OF_TWO = (0, 1, 2, 4, 8, 16, 32)
@@ -55,7 +55,8 @@ class KernelSpec:
     def __post_init__(self):
         checks = (("op", OPS), ("backend", BACKENDS), ("dtype", DTYPES),
                   ("head_dim", HEAD_DIMS), ("block_size", BLOCK_SIZES), ("gqa", GQA_GROUPS),
-                  ("partition_size", PARTITION_SIZES + LONG_PARTITION_SIZES), ("stages", STAGES), ("lanes_per_row", POWERS_OF_TWO),
+                  ("partition_size", PARTITION_SIZES + LONG_PARTITION_SIZES),
+                  ("stages", STAGES), ("lanes_per_row", POWERS_OF_TWO),
                   ("chunk", POWERS_OF_TWO), ("simdgroups", POWERS_OF_TWO[:-1]))
         for field_name, allowed in checks:
             value = getattr(self, field_name)
