@@ -184,6 +184,9 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
         runs[f"paged_{variant}"] = functools.partial(
             paged_attention_decode, q, k_pages, v_pages, tables, lens, scale=scale,
             variant=variant)
+    skip = set(getattr(args, "skip", []))
+    for name in skip & set(runs):
+        del runs[name]
     row = {"batch": batch, "context": context, "kv_bytes": kv_bytes, "us": {}, "tb_s": {},
            "max_abs_diff_vs_paged": {}}
     outputs: dict = {}
@@ -196,13 +199,19 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
             del runs[name]
     for name, fn in runs.items():
         row["us"][name] = time_mlx(fn) * 1e6
-    if current_backend() == "cuda" and 32 % (args.head_dim * dtype.size // 16) == 0:
+    if ("paged_read" not in skip and current_backend() == "cuda"
+            and 32 % (args.head_dim * dtype.size // 16) == 0):
         # Not an attention: the same bytes read with no math, the ceiling of the access pattern.
         row["us"]["paged_read"] = time_mlx(lambda: paged_read(k_pages, v_pages, tables, lens)) * 1e6
-    k, v = contiguous_kv(k_pages, v_pages, tables, context)
-    outputs["mlx_sdpa"] = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
-    row["us"]["mlx_sdpa"] = time_mlx(
-        lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)) * 1e6
+    torch_ok = torch_ok and "torch_sdpa" not in skip
+    if "mlx_sdpa" in skip and not torch_ok:
+        k = v = None  # no contiguous peer asked for: skip the copy
+    else:
+        k, v = contiguous_kv(k_pages, v_pages, tables, context)
+    if "mlx_sdpa" not in skip:
+        outputs["mlx_sdpa"] = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
+        row["us"]["mlx_sdpa"] = time_mlx(
+            lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)) * 1e6
     if torch_ok:
         import torch
         import torch.nn.functional as F
@@ -220,11 +229,13 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
         del k, v
     # Everything is compared with the paged kernel's output (with the reference's where no
     # kernel ran, e.g. the CPU smoke test).
-    row["diff_base"] = "paged" if "paged" in outputs else "gather_sdpa"
-    reference = outputs[row["diff_base"]].astype(mx.float32)
-    for name, out in outputs.items():
-        row["max_abs_diff_vs_paged"][name] = mx.max(
-            mx.abs(out.astype(mx.float32) - reference)).item()
+    row["diff_base"] = next((n for n in ("paged", "gather_sdpa", "mlx_sdpa") if n in outputs),
+                            None)
+    if row["diff_base"] is not None:
+        reference = outputs[row["diff_base"]].astype(mx.float32)
+        for name, out in outputs.items():
+            row["max_abs_diff_vs_paged"][name] = mx.max(
+                mx.abs(out.astype(mx.float32) - reference)).item()
     row["tb_s"] = {name: kv_bytes / (us * 1e-6) / 1e12 for name, us in row["us"].items()}
     mx.clear_cache()
     return row

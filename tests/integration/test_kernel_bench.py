@@ -47,6 +47,14 @@ def test_bench_shape_on_the_cpu_times_the_peers_and_skips_the_kernel(capsys):
     assert "B=   2 T=    64" in capsys.readouterr().out
 
 
+def test_skipped_methods_are_left_out():
+    row = kernels.bench_shape(2, 64, _args(variant=[], skip=["gather_sdpa"]), torch_ok=False)
+    assert set(row["us"]) == {"mlx_sdpa"} and row["diff_base"] == "mlx_sdpa"
+    row = kernels.bench_shape(2, 64, _args(variant=[], skip=["gather_sdpa", "mlx_sdpa"]),
+                              torch_ok=False)
+    assert row["us"] == {} and row["diff_base"] is None
+
+
 def test_plot_draws_every_method(tmp_path):
     row = kernels.bench_shape(2, 64, _args(variant=[]), torch_ok=False)
     result = {"title": "cpu smoke", "copy": {"copy_tb_s": 0.01}, "rows": [row]}
