@@ -52,8 +52,21 @@ def _threadgroup_bytes(nsg: int, spec: KernelSpec) -> int:
     return 4 * nsg * spec.gqa * (spec.head_dim + 2)
 
 
+def _simdgroups(spec: KernelSpec) -> int:
+    """Simdgroups per threadgroup: 4, halved while the merge buffer would pass Metal's 32 KB."""
+    nsg = spec.simdgroups
+    if not nsg:
+        nsg = 4
+        while nsg > 1 and _threadgroup_bytes(nsg, spec) > 32 * 1024:
+            nsg //= 2
+    return nsg
+
+
 def geometry(spec: KernelSpec) -> Geometry:
     """Lane split and simdgroup count of pass 1 for `spec`."""
+    nsg = _simdgroups(spec)
+    if spec.tensor_cores:
+        return _tensor_core_geometry(spec, nsg)
     vec = 16 // spec.itemsize
     # The widest power-of-two lane split whose lanes still hold a 16-byte vector each.
     candidates = [p for p in (32, 16, 8, 4, 2, 1) if spec.head_dim % p == 0]
@@ -67,13 +80,16 @@ def geometry(spec: KernelSpec) -> Geometry:
     # Straight into registers unless a ring is asked for: on the H200 the cp.async ring
     # measured no faster (docs/kernels.md), so it stays a tuning variant (`_s2`..`_s4`).
     stages = spec.stages or 1
-    row_bytes = spec.head_dim * spec.itemsize
-    # The largest slice of a page whose K fits a ring slot (power-of-two rows, like blocks).
-    stage_rows = spec.block_size
-    while stage_rows > rpw and stage_rows * row_bytes > RING_SLOT_BYTES:
-        stage_rows //= 2
-    if stages == 1:
-        stage_rows = 0
+    stage_rows = 0
+    if stages > 1:
+        row_bytes = spec.head_dim * spec.itemsize
+        if row_bytes % 16:
+            raise UnsupportedSpecError(f"{spec.name}: the ring copies 16-byte units; a "
+                                       f"{row_bytes}-byte row is not a whole number of them")
+        # The largest slice of a page whose K fits a ring slot (power-of-two rows, like blocks).
+        stage_rows = spec.block_size
+        while stage_rows > rpw and stage_rows * row_bytes > RING_SLOT_BYTES:
+            stage_rows //= 2
     tokens = (stage_rows or spec.block_size) // rpw
     # Score registers per chunk: GQA x chunk <= 32.
     chunk = spec.chunk or max(
@@ -81,17 +97,7 @@ def geometry(spec: KernelSpec) -> Geometry:
     if tokens % chunk:
         raise UnsupportedSpecError(f"{spec.name}: a chunk of {chunk} tokens does not divide "
                                    f"the {tokens} tokens per row group of a step")
-    nsg = spec.simdgroups
-    if not nsg:  # 4, halved while the merge buffer would pass Metal's 32 KB
-        nsg = 4
-        while nsg > 1 and _threadgroup_bytes(nsg, spec) > 32 * 1024:
-            nsg //= 2
     vector_loads = (epl * spec.itemsize) % 16 == 0
-    if spec.tensor_cores:
-        return _tensor_core_geometry(spec, nsg)
-    if stages > 1 and row_bytes % 16:
-        raise UnsupportedSpecError(f"{spec.name}: the ring copies 16-byte units; a "
-                                   f"{row_bytes}-byte row is not a whole number of them")
     return Geometry(nsg, tpr, epl, chunk, vector_loads, stages, stage_rows)
 
 
