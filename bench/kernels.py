@@ -184,6 +184,10 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
         runs[f"paged_{variant}"] = functools.partial(
             paged_attention_decode, q, k_pages, v_pages, tables, lens, scale=scale,
             variant=variant)
+        for size in getattr(args, "partition_size", []):  # ... and split-K at other lengths
+            runs[f"paged_{variant}_p{size}"] = functools.partial(
+                paged_attention_decode, q, k_pages, v_pages, tables, lens, scale=scale,
+                single_pass=False, partition_size=size, variant=variant)
     skip = set(getattr(args, "skip", []))
     for name in skip & set(runs):
         del runs[name]

@@ -16,12 +16,15 @@ LONG_PARTITION_SIZES = (1024, 2048, 4096)
 # Tuning variants (0 / False: the kernel's own choice), named by a suffix: `_mma` scores and
 # P.V on CUDA tensor cores (bf16/fp16), `_s3` K/V staged through a 3-slot shared-memory ring
 # per simdgroup (`_s1`: straight into registers, the default), `_t16` lanes per K/V row, `_c4`
-# tokens per softmax chunk, `_w8` simdgroups.
+# tokens per softmax chunk, `_w8` simdgroups, `_o4` at least 4 threadgroups per SM (CUDA
+# `__launch_bounds__`: ptxas caps the registers to fit, spilling if it must), `_fused` split-K
+# in one launch (CUDA: the last partition of each sequence and KV head to finish merges them).
 TUNING = (("tensor_cores", "mma"), ("stages", "s"), ("lanes_per_row", "t"), ("chunk", "c"),
-          ("simdgroups", "w"))
+          ("simdgroups", "w"), ("occupancy", "o"), ("fused_reduce", "fused"))
 POWERS_OF_TWO = (0, 1, 2, 4, 8, 16, 32)
 STAGES = (0, 1, 2, 3, 4)
-_FLAGS = ("tensor_cores",)
+OCCUPANCIES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
+_FLAGS = ("tensor_cores", "fused_reduce")
 OPS = ("paged_decode", "paged_decode_reduce")
 
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -51,13 +54,16 @@ class KernelSpec:
     lanes_per_row: int = 0
     chunk: int = 0
     simdgroups: int = 0
+    occupancy: int = 0
+    fused_reduce: bool = False
 
     def __post_init__(self):
         checks = (("op", OPS), ("backend", BACKENDS), ("dtype", DTYPES),
                   ("head_dim", HEAD_DIMS), ("block_size", BLOCK_SIZES), ("gqa", GQA_GROUPS),
                   ("partition_size", PARTITION_SIZES + LONG_PARTITION_SIZES),
                   ("stages", STAGES), ("lanes_per_row", POWERS_OF_TWO),
-                  ("chunk", POWERS_OF_TWO), ("simdgroups", POWERS_OF_TWO[:-1]))
+                  ("chunk", POWERS_OF_TWO), ("simdgroups", POWERS_OF_TWO[:-1]),
+                  ("occupancy", OCCUPANCIES))
         for field_name, allowed in checks:
             value = getattr(self, field_name)
             if value not in allowed:
@@ -66,6 +72,9 @@ class KernelSpec:
                     f"(supported: {', '.join(map(str, allowed))})")
         if self.op == "paged_decode_reduce" and self.tuning_suffix:
             raise UnsupportedSpecError(f"{self.name}: tuning variants apply to pass 1 only")
+        if self.fused_reduce and self.partition_size == 0:
+            raise UnsupportedSpecError(f"{self.name}: the fused reduce is a split-K variant "
+                                       f"and needs a partition size")
         if self.op == "paged_decode_reduce" and self.partition_size == 0:
             raise UnsupportedSpecError(f"{self.name}: the reduce kernel needs a partition size")
         if self.partition_size and self.partition_size % self.block_size:
@@ -109,7 +118,7 @@ class KernelSpec:
                     break
             else:
                 raise UnsupportedSpecError(
-                    f"{token!r} in {suffix!r} is not a tuning variant (mma, sN, tN, cN, wN)")
+                    f"{token!r} in {suffix!r} is not a tuning variant (mma, sN, tN, cN, wN, oN, fused)")
         return values
 
     @property

@@ -17,6 +17,11 @@ from mlx_paged.codegen.environment import render, render_macro
 from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
 
 DEFAULT_PARTITION_SIZE = 512
+# CUDA's routed split-K (tensor cores, fused reduce) takes longer partitions: a threadgroup's
+# fixed costs weigh less and no reduce launch follows (H200 sweep in docs/kernels.md).
+FUSED_PARTITION_SIZE = 1024
+FUSED_LONG_PARTITION_SIZE = 2048  # past FUSED_LONG_CONTEXT tokens of block table
+FUSED_LONG_CONTEXT = 16384
 RING_SLOT_BYTES = 4096  # of K per slot (and as much of V): one page of hd128 bf16 at block 16
 # Routing between the single-pass and split-K kernels, from the H200 sweep in docs/kernels.md:
 # with enough (sequence, KV head) threadgroups to fill the GPU, splitting the context only adds
@@ -125,11 +130,19 @@ def define(spec: KernelSpec) -> KernelDefinition:
     window = ("window",) if spec.sliding_window else ()
     if spec.op == "paged_decode":
         geo = geometry(spec)
+        if spec.occupancy:
+            header = _launch_bounds(spec, geo.nsg * 32) + header
+        if spec.fused_reduce and spec.backend != "cuda":
+            raise UnsupportedSpecError(f"{spec.name}: the fused reduce is CUDA only (it needs "
+                                       f"device-scope fences between threadgroups)")
         outputs = ("partial_out", "partial_max", "partial_sum") if spec.partitioned else ("out",)
+        if spec.fused_reduce:
+            outputs = ("out",) + outputs
+        counters = ("counters",) if spec.fused_reduce else ()
         return KernelDefinition(
             spec=spec, source=render("paged_attention.jinja", spec, geo=geo), header=header,
             input_names=("queries", "k_pages", "v_pages", "block_tables", "seq_lens", "scale")
-            + window,
+            + window + counters,
             output_names=outputs, threads_per_threadgroup=geo.nsg * 32,
             threadgroup_bytes=_threadgroup_bytes(geo.nsg, spec), ring_bytes=geo.ring_bytes(spec),
             notes={"geometry": geo})
@@ -137,6 +150,15 @@ def define(spec: KernelSpec) -> KernelDefinition:
         spec=spec, source=render("paged_attention_reduce.jinja", spec), header=header,
         input_names=("partial_out", "partial_max", "partial_sum", "seq_lens") + window,
         output_names=("out",), threads_per_threadgroup=32, threadgroup_bytes=0)
+
+
+def _launch_bounds(spec: KernelSpec, threads: int) -> str:
+    """Header text that gives the `oN` variant `__launch_bounds__(threads, N)`: MLX writes the
+    signature itself, but NVRTC spells `__global__` as a macro and the header comes just before."""
+    if spec.backend != "cuda":
+        raise UnsupportedSpecError(f"{spec.name}: oN sets CUDA launch bounds; Metal has none")
+    return (f"#undef __global__\n#define __global__ __location__(global) "
+            f"__launch_bounds__({threads}, {spec.occupancy})\n")
 
 
 def current_backend() -> Optional[str]:
@@ -164,9 +186,27 @@ def decode_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, 
                                    f"pages, not {dtype}")
     args = (backend, _DTYPE_NAMES[dtype], head_dim, block_size, gqa)
     tuning = KernelSpec.parse_tuning(variant)
-    return (KernelSpec("paged_decode", *args, 0, sliding_window, **tuning),
+    single_tuning = {k: v for k, v in tuning.items() if k != "fused_reduce"}  # split-K only
+    return (KernelSpec("paged_decode", *args, 0, sliding_window, **single_tuning),
             KernelSpec("paged_decode", *args, partition_size, sliding_window, **tuning),
             KernelSpec("paged_decode_reduce", *args, partition_size, sliding_window))
+
+
+def routed_variant(backend: str, dtype: mx.Dtype, block_size: int) -> str:
+    """The pass-1 variant the launcher runs when none is asked for. On CUDA, where the tensor
+    cores serve the shape (bf16/fp16, blocks of 16/32): `mma_fused` (measured 10-25% faster than
+    the FMA loop with a separate reduce at every split-K shape of the H200 sweep). Elsewhere the
+    FMA loop ("")."""
+    if backend == "cuda" and dtype in (mx.bfloat16, mx.float16) and block_size % 16 == 0:
+        return "mma_fused"
+    return ""
+
+
+def routed_partition_size(variant: str, table_tokens: int) -> int:
+    """Split-K partition length for `variant` when `table_tokens` is the block table's width."""
+    if "fused" not in variant.split("_"):
+        return DEFAULT_PARTITION_SIZE
+    return FUSED_LONG_PARTITION_SIZE if table_tokens > FUSED_LONG_CONTEXT else FUSED_PARTITION_SIZE
 
 
 def use_single_pass(num_seqs: int, num_kv_heads: int, num_partitions: int) -> bool:
@@ -180,8 +220,9 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
                            block_tables: mx.array, seq_lens: mx.array, *, scale: float,
                            window: Optional[int] = None, sinks: Optional[mx.array] = None,
                            backend: Optional[str] = None,
-                           partition_size: int = DEFAULT_PARTITION_SIZE,
-                           single_pass: Optional[bool] = None, variant: str = "") -> mx.array:
+                           partition_size: Optional[int] = None,
+                           single_pass: Optional[bool] = None,
+                           variant: Optional[str] = None) -> mx.array:
     """Decode attention of `(B, Hq, 1, D)` queries over paged K/V, on the GPU kernels.
 
     Each row's one query sits at position `seq_lens[b] - 1` and sees keys `[0, seq_lens[b])`
@@ -191,7 +232,8 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     Args:
         single_pass: force one variant (benchmarks); None applies `use_single_pass`.
         partition_size, variant: tuning for kernel authors (benchmarks); `variant` is a
-            KernelSpec tuning suffix such as "s2_w8".
+            KernelSpec tuning suffix such as "s2_w8" ("" the FMA loop). None picks the
+            routed ones (`routed_variant`, `routed_partition_size`).
 
     Raises:
         UnsupportedSpecError: for an input the kernels cannot serve (the message names the spec).
@@ -205,6 +247,10 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     if num_heads % num_kv_heads:
         raise UnsupportedSpecError(f"{num_heads} query heads are not a multiple of "
                                    f"{num_kv_heads} KV heads")
+    if variant is None:
+        variant = routed_variant(backend, k_pages.dtype, block_size)
+    if partition_size is None:
+        partition_size = routed_partition_size(variant, block_tables.shape[1] * block_size)
     single, part1, part2 = decode_specs(backend, k_pages.dtype, head_dim, block_size,
                                         num_heads // num_kv_heads, window is not None,
                                         partition_size, variant)
@@ -235,13 +281,18 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
             threadgroup=(tg, 1, 1), output_shapes=[queries.shape],
             output_dtypes=[queries.dtype])[0]
     tg, grid_x = _threads(part1, num_kv_heads)
+    partial_shapes = [(num_seqs, num_heads, num_partitions, head_dim),
+                      (num_seqs, num_heads, num_partitions), (num_seqs, num_heads, num_partitions)]
+    if part1.fused_reduce:
+        return build(part1)(
+            inputs=inputs + [_counters(num_seqs * num_kv_heads)], template=template,
+            grid=(grid_x, num_seqs, num_partitions), threadgroup=(tg, 1, 1),
+            output_shapes=[queries.shape] + partial_shapes,
+            output_dtypes=[queries.dtype] + [mx.float32] * 3)[0]
     partial_out, partial_max, partial_sum = build(part1)(
         inputs=inputs, template=template,
         grid=(grid_x, num_seqs, num_partitions), threadgroup=(tg, 1, 1),
-        output_shapes=[(num_seqs, num_heads, num_partitions, head_dim),
-                       (num_seqs, num_heads, num_partitions),
-                       (num_seqs, num_heads, num_partitions)],
-        output_dtypes=[mx.float32] * 3)
+        output_shapes=partial_shapes, output_dtypes=[mx.float32] * 3)
     reduce_inputs = [partial_out, partial_max, partial_sum, seq_lens] + inputs[6:]  # + window
     return build(part2)(
         inputs=reduce_inputs, template=template, grid=(num_heads * 32, num_seqs, 1),
@@ -258,24 +309,56 @@ def _constant(value, dtype) -> mx.array:
     return array
 
 
+@functools.lru_cache(maxsize=8)
+def _counter_pool(size: int) -> mx.array:
+    array = mx.zeros((size,), dtype=mx.int32)
+    mx.eval(array)
+    return array
+
+
+def _counters(n: int) -> mx.array:
+    """Zeroed int32 counters for the fused split-K kernel, one per (sequence, KV head). The
+    kernel leaves them zeroed, so one array (rounded up to a power of two) serves every call."""
+    return _counter_pool(1 << max(10, (n - 1).bit_length()))
+
+
 def _threads(spec: KernelSpec, num_kv_heads: int) -> tuple[int, int]:
     """(threads per threadgroup, threads along the grid's x axis) of a pass-1 launch."""
     threads = define_cached(spec).threads_per_threadgroup
     return threads, threads * num_kv_heads
 
 
+def routed_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
+                 sliding_window: bool) -> list[KernelSpec]:
+    """Every spec the launcher's routing can call for one attention shape."""
+    variant = routed_variant(backend, dtype, block_size)
+    sizes = sorted({routed_partition_size(variant, t) for t in (1, FUSED_LONG_CONTEXT + 1)})
+    specs: list[KernelSpec] = []
+    for size in sizes:
+        single, part1, part2 = decode_specs(backend, dtype, head_dim, block_size, gqa,
+                                            sliding_window, size, variant)
+        specs += [single] * (not specs) + [part1] + [part2] * (not part1.fused_reduce)
+    return specs
+
+
 def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
             sliding_window: bool, progress=None) -> list[KernelSpec]:
-    """Compile every kernel a model's decode will call (both variants), one tiny call each.
+    """Compile every kernel a model's decode will call (`routed_specs`), one tiny call each.
 
     NVRTC/Metal compile a spec on its first call (about 2 s each on CUDA); doing it at load keeps
     that out of the first requests. `progress(spec, seconds)` reports each one.
     """
-    single, part1, part2 = decode_specs(backend, dtype, head_dim, block_size, gqa,
-                                        sliding_window)
+    specs = routed_specs(backend, dtype, head_dim, block_size, gqa, sliding_window)
+    variant = routed_variant(backend, dtype, block_size)
     window = 4 if sliding_window else None
     pages = mx.zeros((17, block_size, 1, head_dim), dtype=dtype)
-    for variant, specs in ((True, [single]), (False, [part1, part2])):
+    calls = [(True, None, [specs[0]])]
+    for spec in specs[1:]:
+        if spec.op == "paged_decode":
+            calls.append((False, spec.partition_size, [spec]))
+        else:
+            calls[-1][2].append(spec)
+    for single_pass, partition_size, group in calls:
         tic = time.perf_counter()
         # Batch 1 and batch 8: Metal keeps inputs under 8 elements in constant memory, which is
         # a separate compile; CUDA reuses the first build.
@@ -285,8 +368,9 @@ def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: 
             lens = mx.full((batch,), block_size + 1, dtype=mx.int32)
             mx.eval(paged_attention_decode(queries, pages, pages, tables, lens, scale=1.0,
                                            window=window, backend=backend,
-                                           single_pass=variant))
+                                           single_pass=single_pass, variant=variant,
+                                           partition_size=partition_size))
         if progress is not None:
-            for spec in specs:
-                progress(spec, (time.perf_counter() - tic) / len(specs))
-    return [single, part1, part2]
+            for spec in group:
+                progress(spec, (time.perf_counter() - tic) / len(group))
+    return specs

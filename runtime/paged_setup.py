@@ -91,7 +91,7 @@ def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> Option
     the kernels are generated for (else it logs why not); "kernel" raises instead.
     """
     from mlx_paged.codegen.spec import UnsupportedSpecError
-    from mlx_paged.kernels.paged_attention import current_backend, decode_specs, warm_up
+    from mlx_paged.kernels.paged_attention import current_backend, routed_specs, warm_up
 
     if mode == "reference":
         return None
@@ -106,8 +106,8 @@ def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> Option
         if layout.query_dtype != layout.dtype:
             raise UnsupportedSpecError(f"queries are {layout.query_dtype} but the cache is "
                                        f"{layout.dtype}")
-        decode_specs(backend, layout.dtype, layout.head_dim, block_size,
-                     layout.num_heads // layout.num_kv_heads, layout.sliding_window)
+        specs = routed_specs(backend, layout.dtype, layout.head_dim, block_size,
+                             layout.num_heads // layout.num_kv_heads, layout.sliding_window)
     except UnsupportedSpecError as exc:
         if mode == "kernel":
             raise ValueError(f"--paged-attention kernel: {exc}") from exc
@@ -115,15 +115,14 @@ def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> Option
         return None
     gqa = layout.num_heads // layout.num_kv_heads
     windows = (False, True) if layout.sliding_window else (False,)
+    total = len(specs) * len(windows)
     count = [0]
 
     def progress(spec, seconds):
         count[0] += 1
-        logger.info("compiled kernel %d/%d %s (%.1f s)", count[0], 3 * len(windows),
-                    spec.name, seconds)
+        logger.info("compiled kernel %d/%d %s (%.1f s)", count[0], total, spec.name, seconds)
 
-    logger.info("paged decode attention: %s kernels; compiling %d specs", backend,
-                3 * len(windows))
+    logger.info("paged decode attention: %s kernels; compiling %d specs", backend, total)
     for sliding in windows:
         warm_up(backend, layout.dtype, layout.head_dim, block_size, gqa, sliding, progress)
     return backend

@@ -69,7 +69,8 @@ def test_long_context_32k(dtype):
 
 @pytest.mark.parametrize("variant", ["w1", "w2", "w8", "s1_w16", "s1", "s2", "s4", "s2_w8",
                                      "t32", "t8", "c1", "c2", "t32_c4_w8", "s1_t32_w2",
-                                     "s4_c4", "s2_t32_c2", "mma", "mma_w2", "mma_w8"])
+                                     "s4_c4", "s2_t32_c2", "mma", "mma_w2", "mma_w8", "c4",
+                                     "o4", "c2_o5", "fused", "fused_w8", "s2_fused"])
 def test_tuning_variants(variant):
     """The variants `mlx-paged bench kernels --variant` times compute the same attention."""
     lens = [1, 77, 512, 1301]
@@ -84,7 +85,8 @@ def test_tuning_variants(variant):
 # The shared-memory ring (the default loads straight into registers) on a spread of families,
 # and the tensor-core path on every family it serves (bf16/fp16, blocks of 16 or 32).
 FAMILIES = ([("s2", c) for c in SPECS[::2]] + [("s4", c) for c in SPECS[1::4]]
-            + [("mma", c) for c in SPECS if c[0] != F32 and c[2] % 16 == 0])
+            + [("mma", c) for c in SPECS if c[0] != F32 and c[2] % 16 == 0]
+            + [("fused", c) for c in SPECS] + [("mma_fused", SPECS[3])])
 
 
 @pytest.mark.parametrize("variant,case", FAMILIES,
@@ -100,6 +102,23 @@ def test_variant_families_match_reference(variant, case, single_pass):
                                  variant=variant)
     err = max_error(out, reference(*inputs, scale, window))
     assert err <= TOLERANCE[dtype], f"max abs error {err}"
+
+
+@pytest.mark.parametrize("partition_size", [128, 512, 2048])
+def test_fused_reduce_leaves_its_counters_zeroed(partition_size):
+    """The fused split-K kernel's counters survive back-to-back calls in one graph, calls with
+    another batch and sliding windows that skip partitions: every answer stays exact."""
+    calls = []
+    for seed, lens, window in ((3, [1, 700, 2100], None), (4, [4097, 33, 900, 1500], None),
+                               (5, [3000, 129], 300), (3, [1, 700, 2100], None)):
+        inputs = make_case(seed, lens, num_kv_heads=8, gqa=4, head_dim=128, block_size=16,
+                           dtype=BF16)
+        out = paged_attention_decode(*inputs, scale=0.088, window=window, single_pass=False,
+                                     partition_size=partition_size, variant="fused")
+        calls.append((out, reference(*inputs, 0.088, window)))
+    mx.eval([out for out, _ in calls])  # one graph: the launches run back to back
+    for out, ref in calls:
+        assert max_error(out, ref) <= TOLERANCE[BF16]
 
 
 def test_query_view_with_strides():
