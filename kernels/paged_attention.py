@@ -192,12 +192,13 @@ def decode_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, 
             KernelSpec("paged_decode_reduce", *args, partition_size, sliding_window))
 
 
-def routed_variant(backend: str, dtype: mx.Dtype, block_size: int) -> str:
-    """The pass-1 variant the launcher runs when none is asked for. On CUDA, where the tensor
-    cores serve the shape (bf16/fp16, blocks of 16/32): `mma_fused` (measured 10-25% faster than
-    the FMA loop with a separate reduce at every split-K shape of the H200 sweep). Elsewhere the
-    FMA loop ("")."""
-    if backend == "cuda" and dtype in (mx.bfloat16, mx.float16) and block_size % 16 == 0:
+def routed_variant(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int) -> str:
+    """The pass-1 variant the launcher runs when none is asked for. On CUDA at head_dim 128
+    where the tensor cores serve the shape (bf16/fp16, blocks of 16/32): `mma_fused`, as fast
+    as or faster than the FMA loop with a separate reduce at every split-K shape of the H200
+    sweep (docs/kernels.md). Elsewhere, and at head sizes not yet measured, the FMA loop ("")."""
+    if (backend == "cuda" and dtype in (mx.bfloat16, mx.float16) and head_dim == 128
+            and block_size % 16 == 0):
         return "mma_fused"
     return ""
 
@@ -248,7 +249,7 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
         raise UnsupportedSpecError(f"{num_heads} query heads are not a multiple of "
                                    f"{num_kv_heads} KV heads")
     if variant is None:
-        variant = routed_variant(backend, k_pages.dtype, block_size)
+        variant = routed_variant(backend, k_pages.dtype, head_dim, block_size)
     if partition_size is None:
         partition_size = routed_partition_size(variant, block_tables.shape[1] * block_size)
     single, part1, part2 = decode_specs(backend, k_pages.dtype, head_dim, block_size,
@@ -285,7 +286,10 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
                       (num_seqs, num_heads, num_partitions), (num_seqs, num_heads, num_partitions)]
     if part1.fused_reduce:
         return build(part1)(
-            inputs=inputs + [_counters(num_seqs * num_kv_heads)], template=template,
+            # Fresh zeroed counters per call: MLX's CUDA graphs run calls with no data
+            # dependency concurrently, so calls must not share them.
+            inputs=inputs + [mx.zeros((num_seqs * num_kv_heads,), dtype=mx.int32)],
+            template=template,
             grid=(grid_x, num_seqs, num_partitions), threadgroup=(tg, 1, 1),
             output_shapes=[queries.shape] + partial_shapes,
             output_dtypes=[queries.dtype] + [mx.float32] * 3)[0]
@@ -309,19 +313,6 @@ def _constant(value, dtype) -> mx.array:
     return array
 
 
-@functools.lru_cache(maxsize=8)
-def _counter_pool(size: int) -> mx.array:
-    array = mx.zeros((size,), dtype=mx.int32)
-    mx.eval(array)
-    return array
-
-
-def _counters(n: int) -> mx.array:
-    """Zeroed int32 counters for the fused split-K kernel, one per (sequence, KV head). The
-    kernel leaves them zeroed, so one array (rounded up to a power of two) serves every call."""
-    return _counter_pool(1 << max(10, (n - 1).bit_length()))
-
-
 def _threads(spec: KernelSpec, num_kv_heads: int) -> tuple[int, int]:
     """(threads per threadgroup, threads along the grid's x axis) of a pass-1 launch."""
     threads = define_cached(spec).threads_per_threadgroup
@@ -331,7 +322,7 @@ def _threads(spec: KernelSpec, num_kv_heads: int) -> tuple[int, int]:
 def routed_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
                  sliding_window: bool) -> list[KernelSpec]:
     """Every spec the launcher's routing can call for one attention shape."""
-    variant = routed_variant(backend, dtype, block_size)
+    variant = routed_variant(backend, dtype, head_dim, block_size)
     sizes = sorted({routed_partition_size(variant, t) for t in (1, FUSED_LONG_CONTEXT + 1)})
     specs: list[KernelSpec] = []
     for size in sizes:
@@ -349,7 +340,7 @@ def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: 
     that out of the first requests. `progress(spec, seconds)` reports each one.
     """
     specs = routed_specs(backend, dtype, head_dim, block_size, gqa, sliding_window)
-    variant = routed_variant(backend, dtype, block_size)
+    variant = routed_variant(backend, dtype, head_dim, block_size)
     window = 4 if sliding_window else None
     pages = mx.zeros((17, block_size, 1, head_dim), dtype=dtype)
     calls = [(True, None, [specs[0]])]

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import mlx.core as mx
 import pytest
 
 from mlx_paged.codegen.build import KernelDefinition, define
 from mlx_paged.codegen.catalog import representative_specs
 from mlx_paged.codegen.spec import KernelSpec
+from mlx_paged.kernels.paged_attention import routed_specs
 
 pytest.importorskip("nvidia.cuda_nvrtc", reason="NVRTC wheel is installed on Linux only")
 from mlx_paged.codegen.cuda_check import CudaCheckError, check_cuda_source, wrap  # noqa: E402
@@ -28,13 +30,21 @@ def test_every_representative_spec_compiles():
 
 
 def test_tuning_variants_compile():
-    for suffix in ("mma", "mma_w2", "s2", "s4_c4", "s2_t32_c2", "w8"):
+    for suffix in ("mma", "mma_w2", "s2", "s4_c4", "s2_t32_c2", "w8", "fused", "s2_fused",
+                   "o4", "c2_o5"):
         spec = dataclasses.replace(LLAMA, **KernelSpec.parse_tuning(suffix))
         assert check_cuda_source(define(spec)).registers > 0, spec.name
     for name in ("paged_decode_cuda_f16_hd80_bs32_g8_p0_sw_mma",
                  "paged_decode_cuda_bf16_hd64_bs16_g1_p128_mma",
                  "paged_decode_cuda_f32_hd256_bs32_g7_p256_s2"):
         assert check_cuda_source(define(KernelSpec.parse(name))).registers > 0, name
+
+
+def test_routed_cuda_kernels_compile_without_spilling():
+    """What the launcher runs on an H200 for the benchmarks' shape (outside the catalog)."""
+    for spec in routed_specs("cuda", mx.bfloat16, 128, 16, 4, False):
+        report = check_cuda_source(define(spec))
+        assert report.spill_bytes == 0 and 0 < report.registers <= 168, (spec.name, report)
 
 
 def test_signature_is_mlx_shaped():

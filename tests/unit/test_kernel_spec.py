@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
+import mlx.core as mx
 import pytest
 
 from mlx_paged.codegen.build import KernelDefinition, KernelRenderError, check_definition, define
 from mlx_paged.codegen.catalog import all_specs, representative_specs
 from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
-from mlx_paged.kernels.paged_attention import Geometry, geometry
+from mlx_paged.kernels.paged_attention import (Geometry, geometry, routed_partition_size,
+                                               routed_specs, routed_variant)
 
 METAL_ATTRIBUTES = ("threadgroup_position_in_grid", "threadgroups_per_grid",
                     "thread_index_in_simdgroup", "simdgroup_index_in_threadgroup",
@@ -207,3 +209,45 @@ def test_long_partitions_are_specs_outside_the_catalog():
     assert all(s.partition_size <= 512 for s in all_specs("cuda"))
     with pytest.raises(UnsupportedSpecError, match="partition_size=8192"):
         KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p8192")
+
+
+def test_fused_and_launch_bound_variants_are_named_and_refused_where_they_cannot_run():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_fused")
+    assert spec.fused_reduce and spec.tensor_cores and spec.tuning_suffix == "mma_fused"
+    defn = define(spec)
+    # One launch: the counters come in, the answer and the partials go out.
+    assert defn.input_names[-1] == "counters" and defn.output_names[0] == "out"
+    assert "atomicAdd(fr_counter, 1)" in defn.source and "__ldcg(partial_out" in defn.source
+    assert "atomicAdd" not in define(dataclasses.replace(spec, fused_reduce=False)).source
+    with pytest.raises(UnsupportedSpecError, match="needs a partition size"):
+        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_fused")
+    with pytest.raises(UnsupportedSpecError, match="fused reduce is CUDA only"):
+        define(KernelSpec.parse("paged_decode_metal_bf16_hd128_bs16_g4_p512_fused"))
+    bounded = define(KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p512_c2_o5"))
+    assert bounded.header.startswith("#undef __global__\n")
+    assert "__launch_bounds__(128, 5)" in bounded.header
+    with pytest.raises(UnsupportedSpecError, match="Metal has none"):
+        define(KernelSpec.parse("paged_decode_metal_bf16_hd128_bs16_g4_p512_o4"))
+    with pytest.raises(UnsupportedSpecError, match="occupancy=9"):
+        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p512_o9")
+
+
+def test_routing_takes_tensor_cores_and_the_fused_split_k_only_where_measured():
+    bf16 = mx.bfloat16
+    assert routed_variant("cuda", bf16, 128, 16) == "mma_fused"
+    assert routed_variant("cuda", mx.float16, 128, 32) == "mma_fused"
+    for args in (("metal", bf16, 128, 16), ("cuda", mx.float32, 128, 16),
+                 ("cuda", bf16, 64, 16), ("cuda", bf16, 128, 8)):
+        assert routed_variant(*args) == "", args
+    assert routed_partition_size("mma_fused", 2048) == 1024
+    assert routed_partition_size("mma_fused", 16384) == 1024
+    assert routed_partition_size("mma_fused", 16400) == 2048
+    assert routed_partition_size("", 32768) == 512
+    cuda = [s.name for s in routed_specs("cuda", bf16, 128, 16, 4, False)]
+    assert cuda == ["paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma",
+                    "paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_fused",
+                    "paged_decode_cuda_bf16_hd128_bs16_g4_p2048_mma_fused"]
+    metal = [s.name for s in routed_specs("metal", bf16, 128, 16, 4, True)]
+    assert metal == ["paged_decode_metal_bf16_hd128_bs16_g4_p0_sw",
+                     "paged_decode_metal_bf16_hd128_bs16_g4_p512_sw",
+                     "paged_decode_reduce_metal_bf16_hd128_bs16_g4_p512_sw"]

@@ -1,0 +1,43 @@
+"""A few calls of one decode-kernel variant (or of `paged_read`) at one shape, for Nsight Compute.
+
+    ncu --section SpeedOfLight --section Occupancy --section WarpStateStats \\
+        --section SchedulerStats --section LaunchStats --section MemoryWorkloadAnalysis \\
+        -k regex:paged --launch-skip 2 --launch-count 1 \\
+        python3 -m mlx_paged.bench.ncu_target BATCH CONTEXT [VARIANT|read|-] [1|2] [PARTITION]
+
+The shape is the kernel benchmark's (32 query / 8 KV heads, head_dim 128, bf16, blocks of 16,
+a 4 GiB pool with shuffled block ids). VARIANT "-" is the routed kernel; 1/2 forces the single
+pass or split-K; PARTITION is the split-K partition length.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import mlx.core as mx
+
+from mlx_paged.bench.kernels import make_problem
+from mlx_paged.bench.paged_read import paged_read
+from mlx_paged.kernels.paged_attention import paged_attention_decode
+
+
+def main(argv: list[str]) -> None:
+    batch, context = int(argv[0]), int(argv[1])
+    variant = argv[2] if len(argv) > 2 and argv[2] != "-" else None
+    single_pass = {"1": True, "2": False}.get(argv[3] if len(argv) > 3 else "")
+    partition = int(argv[4]) if len(argv) > 4 else None
+    queries, k_pages, v_pages, tables, lens = make_problem(
+        batch, context, num_heads=32, num_kv_heads=8, head_dim=128, block_size=16,
+        dtype=mx.bfloat16, pool_bytes=4 << 30)
+    for _ in range(3):
+        if variant == "read":
+            mx.eval(paged_read(k_pages, v_pages, tables, lens))
+        else:
+            mx.eval(paged_attention_decode(queries, k_pages, v_pages, tables, lens, scale=0.088,
+                                           variant=variant, single_pass=single_pass,
+                                           partition_size=partition))
+    mx.synchronize()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
