@@ -36,7 +36,7 @@ def test_bench_shape_on_the_cpu_times_the_peers_and_skips_the_kernel(capsys):
     out = capsys.readouterr().out
     # Without a GPU every kernel method is refused by name and left out, not faked.
     for name in ("paged", "paged_1pass", "paged_2pass", "paged_2pass_p128", "paged_2pass_p2048",
-                 "paged_s2_w2"):
+                 "paged_s2_w2", "paged_s2_w2_p2048"):
         assert f"{name} skipped" in out and name in row["skipped"] and name not in row["us"]
     assert set(row["us"]) == {"gather_sdpa", "mlx_sdpa"}
     assert row["diff_base"] == "gather_sdpa"
