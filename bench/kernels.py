@@ -9,7 +9,6 @@ output is checked against the paged kernel's, so they all computed the same atte
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import platform
@@ -52,6 +51,22 @@ def time_mlx(fn, target_s: float = 0.05, repeats: int = 7) -> float:
 
     def sync(outs):
         mx.eval(outs)
+        mx.synchronize()
+    return _median_seconds(run, sync, target_s, repeats)
+
+
+def time_mlx_chained(fn, queries: mx.array, target_s: float = 0.05, repeats: int = 7) -> float:
+    """Like `time_mlx`, but each call's queries are the previous call's output, so the calls
+    run one after another as they would in a model (and as torch's do on one stream). Queued
+    calls that share no data may overlap in MLX's CUDA graphs; chained ones cannot."""
+    def run(n):
+        q = queries
+        for _ in range(n):
+            q = fn(q)
+        return q
+
+    def sync(out):
+        mx.eval(out)
         mx.synchronize()
     return _median_seconds(run, sync, target_s, repeats)
 
@@ -164,45 +179,47 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
     scale = args.head_dim ** -0.5
     kv_bytes = 2 * batch * context * args.num_kv_heads * args.head_dim * dtype.size
     positions = (lens - 1)[:, None]
+
+    def paged(**options):
+        return lambda queries: paged_attention_decode(queries, k_pages, v_pages, tables, lens,
+                                                      scale=scale, **options)
+    # Every method maps queries to an output of the queries' shape, so `--chained` can feed
+    # each call's output to the next.
     runs = {
-        "paged": lambda: paged_attention_decode(q, k_pages, v_pages, tables, lens, scale=scale),
-        "paged_1pass": lambda: paged_attention_decode(q, k_pages, v_pages, tables, lens,
-                                                      scale=scale, single_pass=True),
-        "paged_2pass": lambda: paged_attention_decode(q, k_pages, v_pages, tables, lens,
-                                                      scale=scale, single_pass=False),
-        "paged_2pass_p128": lambda: paged_attention_decode(
-            q, k_pages, v_pages, tables, lens, scale=scale, single_pass=False,
-            partition_size=128),
-        "gather_sdpa": lambda: paged_attention_reference(q, k_pages, v_pages, tables, lens,
-                                                         positions, scale=scale),
+        "paged": paged(),
+        "paged_1pass": paged(single_pass=True),
+        "paged_2pass": paged(single_pass=False),
+        "paged_2pass_p128": paged(single_pass=False, partition_size=128),
+        "gather_sdpa": lambda queries: paged_attention_reference(
+            queries, k_pages, v_pages, tables, lens, positions, scale=scale),
     }
     for size in getattr(args, "partition_size", []):  # split-K with other partition lengths
-        runs[f"paged_2pass_p{size}"] = functools.partial(
-            paged_attention_decode, q, k_pages, v_pages, tables, lens, scale=scale,
-            single_pass=False, partition_size=size)
+        runs[f"paged_2pass_p{size}"] = paged(single_pass=False, partition_size=size)
     for variant in args.variant:  # tuning sweep: the routed kernel in other variants
-        runs[f"paged_{variant}"] = functools.partial(
-            paged_attention_decode, q, k_pages, v_pages, tables, lens, scale=scale,
-            variant=variant)
+        runs[f"paged_{variant}"] = paged(variant=variant)
         for size in getattr(args, "partition_size", []):  # ... and split-K at other lengths
-            runs[f"paged_{variant}_p{size}"] = functools.partial(
-                paged_attention_decode, q, k_pages, v_pages, tables, lens, scale=scale,
-                single_pass=False, partition_size=size, variant=variant)
+            runs[f"paged_{variant}_p{size}"] = paged(single_pass=False, partition_size=size,
+                                                     variant=variant)
     skip = set(getattr(args, "skip", []))
     for name in skip & set(runs):
         del runs[name]
+    chained = getattr(args, "chained", False)
+
+    def timed(fn) -> float:
+        return (time_mlx_chained(fn, q) if chained else time_mlx(lambda: fn(q))) * 1e6
+
     row = {"batch": batch, "context": context, "kv_bytes": kv_bytes, "us": {}, "tb_s": {},
            "max_abs_diff_vs_paged": {}}
     outputs: dict = {}
     for name, fn in list(runs.items()):
         try:
-            outputs[name] = fn()
+            outputs[name] = fn(q)
         except (UnsupportedSpecError, KernelRenderError) as exc:  # a variant this shape refuses
             print(f"B={batch} T={context}: {name} skipped: {exc}", flush=True)
             row.setdefault("skipped", {})[name] = str(exc)
             del runs[name]
     for name, fn in runs.items():
-        row["us"][name] = time_mlx(fn) * 1e6
+        row["us"][name] = timed(fn)
     if ("paged_read" not in skip and current_backend() == "cuda"
             and 32 % (args.head_dim * dtype.size // 16) == 0):
         # Not an attention: the same bytes read with no math, the ceiling of the access pattern.
@@ -213,9 +230,10 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
     else:
         k, v = contiguous_kv(k_pages, v_pages, tables, context)
     if "mlx_sdpa" not in skip:
-        outputs["mlx_sdpa"] = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)
-        row["us"]["mlx_sdpa"] = time_mlx(
-            lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=scale)) * 1e6
+        def sdpa(queries):
+            return mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale)
+        outputs["mlx_sdpa"] = sdpa(q)
+        row["us"]["mlx_sdpa"] = timed(sdpa)
     if torch_ok:
         import torch
         import torch.nn.functional as F

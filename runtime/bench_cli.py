@@ -74,6 +74,10 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
                    help="leave this method out (repeatable), to spend less GPU time on a sweep")
     p.add_argument("--sequential-blocks", action="store_true",
                    help="give each sequence consecutive blocks instead of shuffled ones")
+    p.add_argument("--chained", action="store_true",
+                   help="feed each timed call's output to the next as its queries, so MLX "
+                        "runs the calls one after another (by default independent calls may "
+                        "overlap in MLX's CUDA graphs); paged_read stays unchained")
     p.add_argument("--replot", default=None, metavar="JSON",
                    help="only redraw the plot of an earlier run's kernels.json")
     p.set_defaults(run=_bench("kernels"))

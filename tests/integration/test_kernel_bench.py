@@ -47,6 +47,22 @@ def test_bench_shape_on_the_cpu_times_the_peers_and_skips_the_kernel(capsys):
     assert "B=   2 T=    64" in capsys.readouterr().out
 
 
+def test_chained_timing_feeds_each_output_to_the_next_call():
+    calls = []
+
+    def attention(queries):
+        calls.append(queries)
+        return queries * 2
+    queries = mx.ones((1, 2, 1, 4))
+    assert kernels.time_mlx_chained(attention, queries, target_s=0.001, repeats=2) > 0
+    # Two warm-up calls, then two samples of at least two calls, each fed the previous output.
+    assert len(calls) >= 6 and calls[0] is queries and calls[1] is queries
+    assert mx.array_equal(calls[3], calls[2] * 2).item()
+    row = kernels.bench_shape(2, 64, _args(variant=[], chained=True), torch_ok=False)
+    assert set(row["us"]) == {"gather_sdpa", "mlx_sdpa"}
+    assert row["max_abs_diff_vs_paged"]["mlx_sdpa"] < 1e-5
+
+
 def test_skipped_methods_are_left_out():
     row = kernels.bench_shape(2, 64, _args(variant=[], skip=["gather_sdpa"]), torch_ok=False)
     assert set(row["us"]) == {"mlx_sdpa"} and row["diff_base"] == "mlx_sdpa"
