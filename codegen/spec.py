@@ -18,13 +18,16 @@ LONG_PARTITION_SIZES = (1024, 2048, 4096)
 # per simdgroup (`_s1`: straight into registers, the default), `_t16` lanes per K/V row, `_c4`
 # tokens per softmax chunk, `_w8` simdgroups, `_o4` at least 4 threadgroups per SM (CUDA
 # `__launch_bounds__`: ptxas caps the registers to fit, spilling if it must), `_fused` split-K
-# in one launch (CUDA: the last partition of each sequence and KV head to finish merges them).
+# in one launch (CUDA: the last partition of each sequence and KV head to finish merges them),
+# `_pg` (with `_fused`) partitions whose count the launcher picks to fill the GPU and whose
+# length the kernel derives from the grid; pN is then their shortest length.
 TUNING = (("tensor_cores", "mma"), ("stages", "s"), ("lanes_per_row", "t"), ("chunk", "c"),
-          ("simdgroups", "w"), ("occupancy", "o"), ("fused_reduce", "fused"))
+          ("simdgroups", "w"), ("occupancy", "o"), ("fused_reduce", "fused"),
+          ("grid_partitions", "pg"))
 POWERS_OF_TWO = (0, 1, 2, 4, 8, 16, 32)
 STAGES = (0, 1, 2, 3, 4)
 OCCUPANCIES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
-_FLAGS = ("tensor_cores", "fused_reduce")
+_FLAGS = ("tensor_cores", "fused_reduce", "grid_partitions")
 OPS = ("paged_decode", "paged_decode_reduce")
 
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -56,6 +59,7 @@ class KernelSpec:
     simdgroups: int = 0
     occupancy: int = 0
     fused_reduce: bool = False
+    grid_partitions: bool = False
 
     def __post_init__(self):
         checks = (("op", OPS), ("backend", BACKENDS), ("dtype", DTYPES),
@@ -75,6 +79,9 @@ class KernelSpec:
         if self.fused_reduce and self.partition_size == 0:
             raise UnsupportedSpecError(f"{self.name}: the fused reduce is a split-K variant "
                                        f"and needs a partition size")
+        if self.grid_partitions and not self.fused_reduce:
+            raise UnsupportedSpecError(f"{self.name}: partitions from the grid need the fused "
+                                       f"reduce (the reduce kernel's partitions are fixed)")
         if self.op == "paged_decode_reduce" and self.partition_size == 0:
             raise UnsupportedSpecError(f"{self.name}: the reduce kernel needs a partition size")
         if self.partition_size and self.partition_size % self.block_size:
@@ -118,7 +125,7 @@ class KernelSpec:
                     break
             else:
                 raise UnsupportedSpecError(
-                    f"{token!r} in {suffix!r} is not a tuning variant (mma, sN, tN, cN, wN, oN, fused)")
+                    f"{token!r} in {suffix!r} is not a tuning variant (mma, sN, tN, cN, wN, oN, fused, pg)")
         return values
 
     @property

@@ -22,6 +22,9 @@ DEFAULT_PARTITION_SIZE = 512
 FUSED_PARTITION_SIZE = 1024
 FUSED_LONG_PARTITION_SIZE = 2048  # past FUSED_LONG_CONTEXT tokens of block table
 FUSED_LONG_CONTEXT = 16384
+# `pg` variant: how many threadgroups the launcher aims the partitions at. 132 SMs x 3
+# threadgroups of 152-168 registers on the H200 (ptxas, Nsight Compute); not yet swept.
+GRID_TARGET_THREADGROUPS = 396
 RING_SLOT_BYTES = 4096  # of K per slot (and as much of V): one page of hd128 bf16 at block 16
 # Routing between the single-pass and split-K kernels, from the H200 sweep in docs/kernels.md:
 # with enough (sequence, KV head) threadgroups to fill the GPU, splitting the context only adds
@@ -210,6 +213,22 @@ def routed_partition_size(variant: str, table_tokens: int) -> int:
     return FUSED_LONG_PARTITION_SIZE if table_tokens > FUSED_LONG_CONTEXT else FUSED_PARTITION_SIZE
 
 
+def grid_partitions(groups: int, max_partitions: int,
+                    target: int = GRID_TARGET_THREADGROUPS, min_fill: float = 0.9) -> int:
+    """Partitions per (sequence, KV head) for the `pg` variant: the fewest whose threadgroups
+    fill their last wave of `target` to `min_fill` (else the best-filled), and no more than
+    `max_partitions`, so none is shorter than the spec's partition."""
+    best, best_fill = 1, 0.0
+    for parts in range(1, max(1, max_partitions) + 1):
+        waves = groups * parts / target
+        fill = waves / math.ceil(waves)
+        if fill >= min_fill:
+            return parts
+        if fill > best_fill:
+            best, best_fill = parts, fill
+    return best
+
+
 def use_single_pass(num_seqs: int, num_kv_heads: int, num_partitions: int) -> bool:
     """The measured routing rule between the single-pass and the split-K kernels."""
     groups = num_seqs * num_kv_heads
@@ -273,6 +292,8 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
         inputs.append(_constant(int(window), mx.int32))
     template = [("T", k_pages.dtype)]
     num_partitions = math.ceil(block_tables.shape[1] * block_size / partition_size)
+    if part1.grid_partitions:
+        num_partitions = grid_partitions(num_seqs * num_kv_heads, num_partitions)
     if single_pass is None:
         single_pass = use_single_pass(num_seqs, num_kv_heads, num_partitions)
     if single_pass:

@@ -122,6 +122,21 @@ def test_fused_reduce_calls_in_one_graph(partition_size):
         assert max_error(out, ref) <= TOLERANCE[BF16]
 
 
+@pytest.mark.parametrize("variant", ["fused_pg", "mma_fused_pg"])
+@pytest.mark.parametrize("batch", [1, 7, 64])
+def test_grid_partitions_match_reference(variant, batch):
+    """`pg`: the launcher picks the partition count, the kernel derives their length from the
+    grid; answers stay exact whatever the count (uneven last partitions, empty ones)."""
+    rng = np.random.default_rng(batch)
+    lens = ([4097, 1] + [int(n) for n in rng.integers(1, 3000, size=batch)])[:batch]
+    for partition_size, window in ((128, None), (256, None), (128, 700)):
+        inputs = make_case(batch, lens, num_kv_heads=4, gqa=4, head_dim=128, block_size=16,
+                           dtype=BF16)
+        out = paged_attention_decode(*inputs, scale=0.088, window=window, single_pass=False,
+                                     partition_size=partition_size, variant=variant)
+        assert max_error(out, reference(*inputs, 0.088, window)) <= TOLERANCE[BF16]
+
+
 def test_query_view_with_strides():
     """Queries sliced from a wider tensor are read through their strides, not copied."""
     inputs = make_case(5, [77, 300], num_kv_heads=2, gqa=4, head_dim=64, block_size=16,

@@ -10,8 +10,9 @@ import pytest
 from mlx_paged.codegen.build import KernelDefinition, KernelRenderError, check_definition, define
 from mlx_paged.codegen.catalog import all_specs, representative_specs
 from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
-from mlx_paged.kernels.paged_attention import (Geometry, geometry, routed_partition_size,
-                                               routed_specs, routed_variant)
+from mlx_paged.kernels.paged_attention import (Geometry, geometry, grid_partitions,
+                                               routed_partition_size, routed_specs,
+                                               routed_variant)
 
 METAL_ATTRIBUTES = ("threadgroup_position_in_grid", "threadgroups_per_grid",
                     "thread_index_in_simdgroup", "simdgroup_index_in_threadgroup",
@@ -251,3 +252,22 @@ def test_routing_takes_tensor_cores_and_the_fused_split_k_only_where_measured():
     assert metal == ["paged_decode_metal_bf16_hd128_bs16_g4_p0_sw",
                      "paged_decode_metal_bf16_hd128_bs16_g4_p512_sw",
                      "paged_decode_reduce_metal_bf16_hd128_bs16_g4_p512_sw"]
+
+
+def test_grid_partitions_fill_whole_waves_and_respect_the_shortest_partition():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p256_mma_fused_pg")
+    assert spec.grid_partitions and spec.fused_reduce and spec.partition_size == 256
+    source = define(spec).source
+    assert "const int PARTITION = (block_tables_shape[1] + gridDim.z - 1) / gridDim.z" in source
+    assert "constexpr int PARTITION" not in source
+    with pytest.raises(UnsupportedSpecError, match="need the fused reduce"):
+        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p256_pg")
+    # Against 396 threadgroups a wave: 8 x 8 KV heads -> 6 partitions (384 threadgroups);
+    # 64 x 8 -> 3 (1,536, 3.9 waves); batch 1 x 8 -> 45 (360); capped by the shortest length.
+    assert grid_partitions(64, 8) == 6
+    assert grid_partitions(512, 32) == 3
+    assert grid_partitions(8, 256) == 45
+    assert grid_partitions(8, 16) == 16
+    assert grid_partitions(396, 4) == 1
+    assert grid_partitions(5, 0) == 1
+    assert grid_partitions(64, 8, target=128) == 2
