@@ -125,7 +125,8 @@ class KernelSpec:
                     break
             else:
                 raise UnsupportedSpecError(
-                    f"{token!r} in {suffix!r} is not a tuning variant (mma, sN, tN, cN, wN, oN, fused, pg)")
+                    f"{token!r} in {suffix!r} is not a tuning variant "
+                    f"(mma, sN, tN, cN, wN, oN, fused, pg)")
         return values
 
     @property

@@ -10,7 +10,7 @@ import pytest
 from mlx_paged.codegen.build import KernelDefinition, KernelRenderError, check_definition, define
 from mlx_paged.codegen.catalog import all_specs, representative_specs
 from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
-from mlx_paged.kernels.paged_attention import (Geometry, geometry, grid_partitions,
+from mlx_paged.kernels.paged_attention import (Geometry, decode_specs, geometry, grid_partitions,
                                                routed_partition_size, routed_specs,
                                                routed_variant)
 
@@ -262,6 +262,9 @@ def test_grid_partitions_fill_whole_waves_and_respect_the_shortest_partition():
     assert "constexpr int PARTITION" not in source
     with pytest.raises(UnsupportedSpecError, match="need the fused reduce"):
         KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p256_pg")
+    # The single pass of a split-K-only variant is the plain one.
+    single, part1, _ = decode_specs("cuda", mx.bfloat16, 128, 16, 4, False, 256, "mma_fused_pg")
+    assert single.name == "paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma" and part1 == spec
     # Against 396 threadgroups a wave: 8 x 8 KV heads -> 6 partitions (384 threadgroups);
     # 64 x 8 -> 3 (1,536, 3.9 waves); batch 1 x 8 -> 45 (360); capped by the shortest length.
     assert grid_partitions(64, 8) == 6
