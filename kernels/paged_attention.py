@@ -346,12 +346,12 @@ def routed_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, 
     """Every spec the launcher's routing can call for one attention shape."""
     variant = routed_variant(backend, dtype, head_dim, block_size)
     sizes = sorted({routed_partition_size(variant, t) for t in (1, FUSED_LONG_CONTEXT + 1)})
-    specs: list[KernelSpec] = []
+    split: list[KernelSpec] = []
     for size in sizes:
         single, part1, part2 = decode_specs(backend, dtype, head_dim, block_size, gqa,
                                             sliding_window, size, variant)
-        specs += [single] * (not specs) + [part1] + [part2] * (not part1.fused_reduce)
-    return specs
+        split += [part1] if part1.fused_reduce else [part1, part2]
+    return [single] + split
 
 
 def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
@@ -365,13 +365,11 @@ def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: 
     variant = routed_variant(backend, dtype, head_dim, block_size)
     window = 4 if sliding_window else None
     pages = mx.zeros((17, block_size, 1, head_dim), dtype=dtype)
-    calls = [(True, None, [specs[0]])]
-    for spec in specs[1:]:
-        if spec.op == "paged_decode":
-            calls.append((False, spec.partition_size, [spec]))
-        else:
-            calls[-1][2].append(spec)
-    for single_pass, partition_size, group in calls:
+    for first in (s for s in specs if s.op == "paged_decode"):
+        # A reduce pass compiles with the pass 1 of its partition size.
+        group = [s for s in specs if s == first or (s.op == "paged_decode_reduce"
+                                                    and s.partition_size == first.partition_size)]
+        single_pass, partition_size = not first.partitioned, first.partition_size or None
         tic = time.perf_counter()
         # Batch 1 and batch 8: Metal keeps inputs under 8 elements in constant memory, which is
         # a separate compile; CUDA reuses the first build.
