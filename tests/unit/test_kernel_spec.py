@@ -218,7 +218,7 @@ def test_fused_and_launch_bound_variants_are_named_and_refused_where_they_cannot
     defn = define(spec)
     # One launch: the counters come in, the answer and the partials go out.
     assert defn.input_names[-1] == "counters" and defn.output_names[0] == "out"
-    assert "atomicAdd(fr_counter, 1)" in defn.source and "__ldcg(partial_out" in defn.source
+    assert "atomicAdd(fr_counter, 1)" in defn.source and "__ldcg(partial_max" in defn.source
     assert "atomicAdd" not in define(dataclasses.replace(spec, fused_reduce=False)).source
     with pytest.raises(UnsupportedSpecError, match="needs a partition size"):
         KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_fused")
@@ -274,3 +274,17 @@ def test_grid_partitions_fill_whole_waves_and_respect_the_shortest_partition():
     assert grid_partitions(396, 4) == 1
     assert grid_partitions(5, 0) == 1
     assert grid_partitions(64, 8, target=128) == 2
+
+
+def test_interleaved_slices_are_a_tensor_core_layout_for_head_dims_of_64_multiples():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_il_fused")
+    assert spec.interleaved and spec.tensor_cores and spec.tuning_suffix == "mma_il_fused"
+    source = define(spec).source
+    # Lane quarter t reads K dims 8t.. of every 32, lane group g V dims 8g.. of every 64.
+    assert "+ vi * 32);" in source and "+ vi * 64);" in source
+    plain = define(dataclasses.replace(spec, interleaved=False)).source
+    assert "+ vi * 32);" not in plain and "(KQ * mm_t + (0))" in plain
+    with pytest.raises(UnsupportedSpecError, match="layout of the tensor-core path"):
+        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_il")
+    with pytest.raises(UnsupportedSpecError, match="multiple of 64"):
+        define(KernelSpec.parse("paged_decode_cuda_bf16_hd96_bs16_g4_p0_mma_il"))
