@@ -14,21 +14,22 @@ PARTITION_SIZES = (0, 128, 256, 512)  # 0: single pass over the whole sequence
 # Longer partitions for kernel authors' sweeps (`bench kernels --partition-size`), not catalogued.
 LONG_PARTITION_SIZES = (1024, 2048, 4096)
 # Tuning variants (0 / False: the kernel's own choice), named by a suffix: `_mma` scores and
-# P.V on CUDA tensor cores (bf16/fp16) and `_il` (with `_mma`) interleaves the lanes' K/V
-# slices in 16-byte pieces so each load instruction reads whole 32-byte sectors, `_s3` K/V staged through a 3-slot shared-memory ring
+# P.V on CUDA tensor cores (bf16/fp16), `_u2` (with `_mma`) 2 sub-pages of 16 tokens loaded per
+# simdgroup before their math (more bytes in flight, more registers), `_s3` K/V staged through a 3-slot shared-memory ring
 # per simdgroup (`_s1`: straight into registers, the default), `_t16` lanes per K/V row, `_c4`
 # tokens per softmax chunk, `_w8` simdgroups, `_o4` at least 4 threadgroups per SM (CUDA
 # `__launch_bounds__`: ptxas caps the registers to fit, spilling if it must), `_fused` split-K
 # in one launch (CUDA: the last partition of each sequence and KV head to finish merges them),
 # `_pg` (with `_fused`) partitions whose count the launcher picks to fill the GPU and whose
 # length the kernel derives from the grid; pN is then their shortest length.
-TUNING = (("tensor_cores", "mma"), ("interleaved", "il"), ("stages", "s"), ("lanes_per_row", "t"), ("chunk", "c"),
-          ("simdgroups", "w"), ("occupancy", "o"), ("fused_reduce", "fused"),
+TUNING = (("tensor_cores", "mma"), ("unroll", "u"), ("stages", "s"), ("lanes_per_row", "t"),
+          ("chunk", "c"), ("simdgroups", "w"), ("occupancy", "o"), ("fused_reduce", "fused"),
           ("grid_partitions", "pg"))
 POWERS_OF_TWO = (0, 1, 2, 4, 8, 16, 32)
 STAGES = (0, 1, 2, 3, 4)
 OCCUPANCIES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
-_FLAGS = ("tensor_cores", "interleaved", "fused_reduce", "grid_partitions")
+UNROLLS = (0, 1, 2, 3, 4)
+_FLAGS = ("tensor_cores", "fused_reduce", "grid_partitions")
 OPS = ("paged_decode", "paged_decode_reduce")
 
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -54,7 +55,7 @@ class KernelSpec:
     partition_size: int = 0
     sliding_window: bool = False
     tensor_cores: bool = False
-    interleaved: bool = False
+    unroll: int = 0
     stages: int = 0
     lanes_per_row: int = 0
     chunk: int = 0
@@ -69,7 +70,7 @@ class KernelSpec:
                   ("partition_size", PARTITION_SIZES + LONG_PARTITION_SIZES),
                   ("stages", STAGES), ("lanes_per_row", POWERS_OF_TWO),
                   ("chunk", POWERS_OF_TWO), ("simdgroups", POWERS_OF_TWO[:-1]),
-                  ("occupancy", OCCUPANCIES))
+                  ("occupancy", OCCUPANCIES), ("unroll", UNROLLS))
         for field_name, allowed in checks:
             value = getattr(self, field_name)
             if value not in allowed:
@@ -81,9 +82,9 @@ class KernelSpec:
         if self.fused_reduce and self.partition_size == 0:
             raise UnsupportedSpecError(f"{self.name}: the fused reduce is a split-K variant "
                                        f"and needs a partition size")
-        if self.interleaved and not self.tensor_cores:
-            raise UnsupportedSpecError(f"{self.name}: interleaved K/V slices are a layout of "
-                                       f"the tensor-core path (mma)")
+        if self.unroll > 1 and not self.tensor_cores:
+            raise UnsupportedSpecError(f"{self.name}: several sub-pages per step are a tensor-core "
+                                       f"path loop (mma)")
         if self.grid_partitions and not self.fused_reduce:
             raise UnsupportedSpecError(f"{self.name}: partitions from the grid need the fused "
                                        f"reduce (the reduce kernel's partitions are fixed)")
@@ -131,7 +132,7 @@ class KernelSpec:
             else:
                 raise UnsupportedSpecError(
                     f"{token!r} in {suffix!r} is not a tuning variant "
-                    f"(mma, il, sN, tN, cN, wN, oN, fused, pg)")
+                    f"(mma, uN, sN, tN, cN, wN, oN, fused, pg)")
         return values
 
     @property

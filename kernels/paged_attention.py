@@ -118,12 +118,7 @@ def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
     if spec.block_size % 16:
         raise UnsupportedSpecError(f"{spec.name}: the tensor-core path reads 16-token sub-pages")
     if spec.stages or spec.lanes_per_row or spec.chunk:
-        raise UnsupportedSpecError(f"{spec.name}: the tensor-core path combines with wN only")
-
-    if spec.interleaved and spec.head_dim % 64:
-        raise UnsupportedSpecError(f"{spec.name}: interleaved slices take whole 16-byte pieces "
-                                   f"of K per lane quarter and of V per lane group "
-                                   f"(head_dim a multiple of 64)")
+        raise UnsupportedSpecError(f"{spec.name}: the tensor-core path combines with wN and uN only")
 
     def width(nbytes: int) -> int:
         return next(w for w in (16, 8, 4, 2) if nbytes % w == 0)

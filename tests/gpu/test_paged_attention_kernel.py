@@ -70,8 +70,8 @@ def test_long_context_32k(dtype):
 @pytest.mark.parametrize("variant", ["w1", "w2", "w8", "s1_w16", "s1", "s2", "s4", "s2_w8",
                                      "t32", "t8", "c1", "c2", "t32_c4_w8", "s1_t32_w2",
                                      "s4_c4", "s2_t32_c2", "mma", "mma_w2", "mma_w8", "c4",
-                                     "o4", "c2_o5", "fused", "fused_w8", "s2_fused", "mma_il",
-                                     "mma_il_fused", "mma_il_w8"])
+                                     "o4", "c2_o5", "fused", "fused_w8", "s2_fused", "mma_u2",
+                                     "mma_u2_fused", "mma_u3_w8", "mma_u4"])
 def test_tuning_variants(variant):
     """The variants `mlx-paged bench kernels --variant` times compute the same attention."""
     lens = [1, 77, 512, 1301]
@@ -88,8 +88,8 @@ def test_tuning_variants(variant):
 FAMILIES = ([("s2", c) for c in SPECS[::2]] + [("s4", c) for c in SPECS[1::4]]
             + [("mma", c) for c in SPECS if c[0] != F32 and c[2] % 16 == 0]
             + [("fused", c) for c in SPECS] + [("mma_fused", SPECS[3])]
-            + [("mma_il", c) for c in SPECS if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
-            + [("mma_il_fused", SPECS[3])])
+            + [("mma_u2", c) for c in SPECS if c[0] != F32 and c[2] % 16 == 0]
+            + [("mma_u2_fused", SPECS[3])])
 
 
 @pytest.mark.parametrize("variant,case", FAMILIES,
@@ -125,7 +125,7 @@ def test_fused_reduce_calls_in_one_graph(partition_size):
         assert max_error(out, ref) <= TOLERANCE[BF16]
 
 
-@pytest.mark.parametrize("variant", ["fused_pg", "mma_fused_pg", "mma_il_fused_pg"])
+@pytest.mark.parametrize("variant", ["fused_pg", "mma_fused_pg", "mma_u2_fused_pg"])
 @pytest.mark.parametrize("batch", [1, 7, 64])
 def test_grid_partitions_match_reference(variant, batch):
     """`pg`: the launcher picks the partition count, the kernel derives their length from the

@@ -197,7 +197,7 @@ def test_tensor_core_variant_is_cuda_bf16_fp16_only():
     refusals = [("metal", "float16", 16, {}, "CUDA only"),
                 ("cuda", "float32", 16, {}, "bf16/fp16"),
                 ("cuda", "bfloat16", 8, {}, "16-token sub-pages"),
-                ("cuda", "bfloat16", 16, {"stages": 2}, "wN only")]
+                ("cuda", "bfloat16", 16, {"stages": 2}, "wN and uN only")]
     for backend, dtype, block, extra, message in refusals:
         with pytest.raises(UnsupportedSpecError, match=message):
             geometry(KernelSpec("paged_decode", backend, dtype, 128, block, 4, 0,
@@ -276,15 +276,16 @@ def test_grid_partitions_fill_whole_waves_and_respect_the_shortest_partition():
     assert grid_partitions(64, 8, target=128) == 2
 
 
-def test_interleaved_slices_are_a_tensor_core_layout_for_head_dims_of_64_multiples():
-    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_il_fused")
-    assert spec.interleaved and spec.tensor_cores and spec.tuning_suffix == "mma_il_fused"
+def test_unrolled_steps_are_a_tensor_core_loop():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_u2_fused")
+    assert spec.unroll == 2 and spec.tensor_cores and spec.tuning_suffix == "mma_u2_fused"
     source = define(spec).source
-    # Lane quarter t reads K dims 8t.. of every 32, lane group g V dims 8g.. of every 64.
-    assert "+ vi * 32);" in source and "+ vi * 64);" in source
-    plain = define(dataclasses.replace(spec, interleaved=False)).source
-    assert "+ vi * 32);" not in plain and "(KQ * mm_t + (0))" in plain
-    with pytest.raises(UnsupportedSpecError, match="layout of the tensor-core path"):
-        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_il")
-    with pytest.raises(UnsupportedSpecError, match="multiple of 64"):
-        define(KernelSpec.parse("paged_decode_cuda_bf16_hd96_bs16_g4_p0_mma_il"))
+    assert "constexpr int U = 2;" in source and "T kr[U][2][KQ];" in source
+    # Sub-pages past the simdgroup's last step are loaded again but weigh nothing.
+    assert "valid[n][e] = live && pos >= pa_begin" in source
+    plain = define(dataclasses.replace(spec, unroll=0)).source
+    assert "constexpr int U" not in plain and "valid[n][e] = pos >= pa_begin" in plain
+    with pytest.raises(UnsupportedSpecError, match="tensor-core path loop"):
+        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_u2")
+    with pytest.raises(UnsupportedSpecError, match="unroll=8"):
+        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_u8")
