@@ -198,12 +198,13 @@ def decode_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, 
 
 def routed_variant(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int) -> str:
     """The pass-1 variant the launcher runs when none is asked for. On CUDA at head_dim 128
-    where the tensor cores serve the shape (bf16/fp16, blocks of 16/32): `mma_fused`, as fast
-    as or faster than the FMA loop with a separate reduce at every split-K shape of the H200
-    sweep (docs/kernels.md). Elsewhere, and at head sizes not yet measured, the FMA loop ("")."""
+    where the tensor cores serve the shape (bf16/fp16, blocks of 16/32): `mma_u2_fused`, two
+    sub-pages in flight per simdgroup step, which was as fast as or faster than `mma_fused` (and
+    that than the FMA loop with a separate reduce) across the H200 sweep (docs/kernels.md).
+    Elsewhere, and at head sizes not yet measured, the FMA loop ("")."""
     if (backend == "cuda" and dtype in (mx.bfloat16, mx.float16) and head_dim == 128
             and block_size % 16 == 0):
-        return "mma_fused"
+        return "mma_u2_fused"
     return ""
 
 

@@ -41,10 +41,11 @@ def test_tuning_variants_compile():
 
 
 def test_routed_cuda_kernels_compile_without_spilling():
-    """What the launcher runs on an H200 for the benchmarks' shape (outside the catalog)."""
+    """What the launcher runs on an H200 for the benchmarks' shape (outside the catalog): two
+    sub-pages in flight take ~224 registers (2 threadgroups of 128 lanes per SM), none spilled."""
     for spec in routed_specs("cuda", mx.bfloat16, 128, 16, 4, False):
         report = check_cuda_source(define(spec))
-        assert report.spill_bytes == 0 and 0 < report.registers <= 168, (spec.name, report)
+        assert report.spill_bytes == 0 and 0 < report.registers <= 255, (spec.name, report)
 
 
 def test_signature_is_mlx_shaped():

@@ -235,8 +235,8 @@ def test_fused_and_launch_bound_variants_are_named_and_refused_where_they_cannot
 
 def test_routing_takes_tensor_cores_and_the_fused_split_k_only_where_measured():
     bf16 = mx.bfloat16
-    assert routed_variant("cuda", bf16, 128, 16) == "mma_fused"
-    assert routed_variant("cuda", mx.float16, 128, 32) == "mma_fused"
+    assert routed_variant("cuda", bf16, 128, 16) == "mma_u2_fused"
+    assert routed_variant("cuda", mx.float16, 128, 32) == "mma_u2_fused"
     for args in (("metal", bf16, 128, 16), ("cuda", mx.float32, 128, 16),
                  ("cuda", bf16, 64, 16), ("cuda", bf16, 128, 8)):
         assert routed_variant(*args) == "", args
@@ -245,9 +245,9 @@ def test_routing_takes_tensor_cores_and_the_fused_split_k_only_where_measured():
     assert routed_partition_size("mma_fused", 16400) == 2048
     assert routed_partition_size("", 32768) == 512
     cuda = [s.name for s in routed_specs("cuda", bf16, 128, 16, 4, False)]
-    assert cuda == ["paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma",
-                    "paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_fused",
-                    "paged_decode_cuda_bf16_hd128_bs16_g4_p2048_mma_fused"]
+    assert cuda == ["paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_u2",
+                    "paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_u2_fused",
+                    "paged_decode_cuda_bf16_hd128_bs16_g4_p2048_mma_u2_fused"]
     metal = [s.name for s in routed_specs("metal", bf16, 128, 16, 4, True)]
     assert metal == ["paged_decode_metal_bf16_hd128_bs16_g4_p0_sw",
                      "paged_decode_metal_bf16_hd128_bs16_g4_p512_sw",
