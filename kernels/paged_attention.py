@@ -117,14 +117,22 @@ def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
         raise UnsupportedSpecError(f"{spec.name}: the tensor-core path takes bf16/fp16 pages")
     if spec.block_size % 16:
         raise UnsupportedSpecError(f"{spec.name}: the tensor-core path reads 16-token sub-pages")
-    if spec.stages or spec.lanes_per_row or spec.chunk:
-        raise UnsupportedSpecError(f"{spec.name}: the tensor-core path combines with wN and uN only")
+    if spec.lanes_per_row or spec.chunk:
+        raise UnsupportedSpecError(f"{spec.name}: the tensor-core path combines with wN, uN and "
+                                   f"sN only")
+    stages = spec.stages or 1
+    if stages > 1 and spec.unroll > 1:
+        raise UnsupportedSpecError(f"{spec.name}: uN unrolls the register loads; the sN ring "
+                                   f"already keeps N - 1 sub-pages in flight")
+    if stages > 1 and spec.head_dim % 64:
+        raise UnsupportedSpecError(f"{spec.name}: the tensor-core ring swizzles rows in groups "
+                                   f"of 8 16-byte chunks (head_dim a multiple of 64)")
 
     def width(nbytes: int) -> int:
         return next(w for w in (16, 8, 4, 2) if nbytes % w == 0)
-    return Geometry(nsg, tpr=4, epl=spec.head_dim // 4, chunk=16, vector_loads=True, stages=1,
-                    stage_rows=0, tensor_cores=True, mma_k_width=width(spec.head_dim // 2),
-                    mma_v_width=width(spec.head_dim // 4))
+    return Geometry(nsg, tpr=4, epl=spec.head_dim // 4, chunk=16, vector_loads=True,
+                    stages=stages, stage_rows=16 if stages > 1 else 0, tensor_cores=True,
+                    mma_k_width=width(spec.head_dim // 2), mma_v_width=width(spec.head_dim // 4))
 
 
 def define(spec: KernelSpec) -> KernelDefinition:

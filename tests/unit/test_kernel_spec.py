@@ -197,7 +197,7 @@ def test_tensor_core_variant_is_cuda_bf16_fp16_only():
     refusals = [("metal", "float16", 16, {}, "CUDA only"),
                 ("cuda", "float32", 16, {}, "bf16/fp16"),
                 ("cuda", "bfloat16", 8, {}, "16-token sub-pages"),
-                ("cuda", "bfloat16", 16, {"stages": 2}, "wN and uN only")]
+                ("cuda", "bfloat16", 16, {"chunk": 2}, "wN, uN and sN only")]
     for backend, dtype, block, extra, message in refusals:
         with pytest.raises(UnsupportedSpecError, match=message):
             geometry(KernelSpec("paged_decode", backend, dtype, 128, block, 4, 0,
@@ -289,3 +289,20 @@ def test_unrolled_steps_are_a_tensor_core_loop():
         KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_u2")
     with pytest.raises(UnsupportedSpecError, match="unroll=8"):
         KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_u8")
+
+
+def test_tensor_core_ring_reads_fragments_by_ldmatrix_from_a_swizzled_ring():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_fused")
+    defn = define(spec)
+    assert geometry(spec).stages == 3 and geometry(spec).stage_rows == 16
+    # 4 simdgroups x 3 slots x (16 rows of K + 16 of V) x 128 dims x 2 bytes, dynamic.
+    assert defn.ring_bytes == 4 * 3 * 2 * 16 * 128 * 2
+    assert "mlx_paged_ldsm_x4_trans(" in defn.source and "mlx_paged_cp_async16(" in defn.source
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in defn.header
+    assert "(c ^ (r & 7))" in defn.source  # the bank swizzle the ldmatrix reads undo
+    plain = define(dataclasses.replace(spec, stages=0))
+    assert plain.ring_bytes == 0 and "ldmatrix" not in plain.header
+    with pytest.raises(UnsupportedSpecError, match="ring already keeps"):
+        define(KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_u2_s2"))
+    with pytest.raises(UnsupportedSpecError, match="multiple of 64"):
+        define(KernelSpec.parse("paged_decode_cuda_bf16_hd96_bs16_g4_p0_mma_s2"))
