@@ -23,7 +23,8 @@ FUSED_PARTITION_SIZE = 1024
 FUSED_LONG_PARTITION_SIZE = 2048  # past FUSED_LONG_CONTEXT tokens of block table
 FUSED_LONG_CONTEXT = 16384
 # `pg` variant: how many threadgroups the launcher aims the partitions at. 132 SMs x 3
-# threadgroups of 152-168 registers on the H200 (ptxas, Nsight Compute); not yet swept.
+# threadgroups of 152-168 registers on the H200 (`mma_fused`; `u2` fits 2). Measured no faster
+# than the routed partitions (docs/kernels.md), so not routed.
 GRID_TARGET_THREADGROUPS = 396
 RING_SLOT_BYTES = 4096  # of K per slot (and as much of V): one page of hd128 bf16 at block 16
 # Routing between the single-pass and split-K kernels, from the H200 sweep in docs/kernels.md:
