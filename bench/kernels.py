@@ -44,15 +44,16 @@ def _median_seconds(run_once, sync, target_s: float, repeats: int) -> float:
     return statistics.median(samples)
 
 
+def _mlx_sync(outs) -> None:
+    mx.eval(outs)
+    mx.synchronize()
+
+
 def time_mlx(fn, target_s: float = 0.05, repeats: int = 7) -> float:
     """`fn()` returns an mx.array; calls are queued back to back and evaluated together."""
     def run(n):
         return [fn() for _ in range(n)]
-
-    def sync(outs):
-        mx.eval(outs)
-        mx.synchronize()
-    return _median_seconds(run, sync, target_s, repeats)
+    return _median_seconds(run, _mlx_sync, target_s, repeats)
 
 
 def time_mlx_chained(fn, queries: mx.array, target_s: float = 0.05, repeats: int = 7) -> float:
@@ -64,11 +65,7 @@ def time_mlx_chained(fn, queries: mx.array, target_s: float = 0.05, repeats: int
         for _ in range(n):
             q = fn(q)
         return q
-
-    def sync(out):
-        mx.eval(out)
-        mx.synchronize()
-    return _median_seconds(run, sync, target_s, repeats)
+    return _median_seconds(run, _mlx_sync, target_s, repeats)
 
 
 def time_torch(fn, target_s: float = 0.05, repeats: int = 7) -> float:
