@@ -3,11 +3,12 @@
     ncu --section SpeedOfLight --section Occupancy --section WarpStateStats \\
         --section SchedulerStats --section LaunchStats --section MemoryWorkloadAnalysis \\
         -k regex:paged --launch-skip 2 --launch-count 1 \\
-        python3 -m mlx_paged.bench.ncu_target BATCH CONTEXT [VARIANT|read|-] [1|2] [PARTITION]
+        python3 -m mlx_paged.bench.ncu_target BATCH CONTEXT [VARIANT|read|sdpa|-] [1|2] [PARTITION]
 
 The shape is the kernel benchmark's (32 query / 8 KV heads, head_dim 128, bf16, blocks of 16,
-a 4 GiB pool with shuffled block ids). VARIANT "-" is the routed kernel; 1/2 forces the single
-pass or split-K; PARTITION is the split-K partition length.
+a 4 GiB pool with shuffled block ids). VARIANT "-" is the routed kernel, "read" the paged-read
+ceiling, "sdpa" MLX's SDPA on the same K/V made contiguous (use `-k regex:sdpa`); 1/2 forces
+the single pass or split-K; PARTITION is the split-K partition length.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 
 import mlx.core as mx
 
-from mlx_paged.bench.kernels import make_problem
+from mlx_paged.bench.kernels import contiguous_kv, make_problem
 from mlx_paged.bench.paged_read import paged_read
 from mlx_paged.kernels.paged_attention import paged_attention_decode
 
@@ -29,8 +30,12 @@ def main(argv: list[str]) -> None:
     queries, k_pages, v_pages, tables, lens = make_problem(
         batch, context, num_heads=32, num_kv_heads=8, head_dim=128, block_size=16,
         dtype=mx.bfloat16, pool_bytes=4 << 30)
+    if variant == "sdpa":
+        k, v = contiguous_kv(k_pages, v_pages, tables, context)
     for _ in range(3):
-        if variant == "read":
+        if variant == "sdpa":
+            mx.eval(mx.fast.scaled_dot_product_attention(queries, k, v, scale=0.088))
+        elif variant == "read":
             mx.eval(paged_read(k_pages, v_pages, tables, lens))
         else:
             mx.eval(paged_attention_decode(queries, k_pages, v_pages, tables, lens, scale=0.088,
