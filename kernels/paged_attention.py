@@ -205,15 +205,17 @@ def decode_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, 
             KernelSpec("paged_decode_reduce", *args, partition_size, sliding_window))
 
 
-def routed_variant(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int) -> str:
-    """The pass-1 variant the launcher runs when none is asked for. On CUDA at head_dim 128
-    where the tensor cores serve the shape (bf16/fp16, blocks of 16/32): `mma_u2_fused`, two
-    sub-pages in flight per simdgroup step, which was as fast as or faster than `mma_fused` (and
-    that than the FMA loop with a separate reduce) across the H200 sweep (docs/kernels.md).
-    Elsewhere, and at head sizes not yet measured, the FMA loop ("")."""
+def routed_variant(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int,
+                   table_tokens: int = 1) -> str:
+    """The pass-1 variant the launcher runs when none is asked for, given the block table's
+    width in tokens. On CUDA at head_dim 128 where the tensor cores serve the shape (bf16/fp16,
+    blocks of 16/32): up to FUSED_LONG_CONTEXT tokens `mma_s3_fused` (K/V through a 3-slot
+    cp.async ring), past it `mma_u2_fused` (two sub-pages in registers per step), each the
+    faster of the two in the H200 sweep (docs/kernels.md). Elsewhere, and at head sizes not yet
+    measured, the FMA loop ("")."""
     if (backend == "cuda" and dtype in (mx.bfloat16, mx.float16) and head_dim == 128
             and block_size % 16 == 0):
-        return "mma_u2_fused"
+        return "mma_u2_fused" if table_tokens > FUSED_LONG_CONTEXT else "mma_s3_fused"
     return ""
 
 
@@ -278,10 +280,11 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     if num_heads % num_kv_heads:
         raise UnsupportedSpecError(f"{num_heads} query heads are not a multiple of "
                                    f"{num_kv_heads} KV heads")
+    table_tokens = block_tables.shape[1] * block_size
     if variant is None:
-        variant = routed_variant(backend, k_pages.dtype, head_dim, block_size)
+        variant = routed_variant(backend, k_pages.dtype, head_dim, block_size, table_tokens)
     if partition_size is None:
-        partition_size = routed_partition_size(variant, block_tables.shape[1] * block_size)
+        partition_size = routed_partition_size(variant, table_tokens)
     single, part1, part2 = decode_specs(backend, k_pages.dtype, head_dim, block_size,
                                         num_heads // num_kv_heads, window is not None,
                                         partition_size, variant)
@@ -354,14 +357,16 @@ def _threads(spec: KernelSpec, num_kv_heads: int) -> tuple[int, int]:
 def routed_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
                  sliding_window: bool) -> list[KernelSpec]:
     """Every spec the launcher's routing can call for one attention shape."""
-    variant = routed_variant(backend, dtype, head_dim, block_size)
-    sizes = sorted({routed_partition_size(variant, t) for t in (1, FUSED_LONG_CONTEXT + 1)})
-    split: list[KernelSpec] = []
-    for size in sizes:
+    specs: list[KernelSpec] = []
+    for tokens in (1, FUSED_LONG_CONTEXT + 1):  # the routing changes only past this width
+        variant = routed_variant(backend, dtype, head_dim, block_size, tokens)
         single, part1, part2 = decode_specs(backend, dtype, head_dim, block_size, gqa,
-                                            sliding_window, size, variant)
-        split += [part1] if part1.fused_reduce else [part1, part2]
-    return [single] + split
+                                            sliding_window,
+                                            routed_partition_size(variant, tokens), variant)
+        for spec in [single, part1] if part1.fused_reduce else [single, part1, part2]:
+            if spec not in specs:
+                specs.append(spec)
+    return specs
 
 
 def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
@@ -372,7 +377,6 @@ def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: 
     that out of the first requests. `progress(spec, seconds)` reports each one.
     """
     specs = routed_specs(backend, dtype, head_dim, block_size, gqa, sliding_window)
-    variant = routed_variant(backend, dtype, head_dim, block_size)
     window = 4 if sliding_window else None
     pages = mx.zeros((17, block_size, 1, head_dim), dtype=dtype)
     for first in (s for s in specs if s.op == "paged_decode"):
@@ -380,6 +384,7 @@ def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: 
         group = [s for s in specs if s == first or (s.op == "paged_decode_reduce"
                                                     and s.partition_size == first.partition_size)]
         single_pass, partition_size = not first.partitioned, first.partition_size or None
+        variant = first.tuning_suffix
         tic = time.perf_counter()
         # Batch 1 and batch 8: Metal keeps inputs under 8 elements in constant memory, which is
         # a separate compile; CUDA reuses the first build.

@@ -235,18 +235,21 @@ def test_fused_and_launch_bound_variants_are_named_and_refused_where_they_cannot
 
 def test_routing_takes_tensor_cores_and_the_fused_split_k_only_where_measured():
     bf16 = mx.bfloat16
-    assert routed_variant("cuda", bf16, 128, 16) == "mma_u2_fused"
-    assert routed_variant("cuda", mx.float16, 128, 32) == "mma_u2_fused"
+    assert routed_variant("cuda", bf16, 128, 16) == "mma_s3_fused"
+    assert routed_variant("cuda", bf16, 128, 16, 16384) == "mma_s3_fused"
+    assert routed_variant("cuda", bf16, 128, 16, 16400) == "mma_u2_fused"
+    assert routed_variant("cuda", mx.float16, 128, 32, 32768) == "mma_u2_fused"
     for args in (("metal", bf16, 128, 16), ("cuda", mx.float32, 128, 16),
                  ("cuda", bf16, 64, 16), ("cuda", bf16, 128, 8)):
-        assert routed_variant(*args) == "", args
+        assert routed_variant(*args) == "" and routed_variant(*args, 32768) == "", args
     assert routed_partition_size("mma_fused", 2048) == 1024
     assert routed_partition_size("mma_fused", 16384) == 1024
     assert routed_partition_size("mma_fused", 16400) == 2048
     assert routed_partition_size("", 32768) == 512
     cuda = [s.name for s in routed_specs("cuda", bf16, 128, 16, 4, False)]
-    assert cuda == ["paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_u2",
-                    "paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_u2_fused",
+    assert cuda == ["paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3",
+                    "paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_fused",
+                    "paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_u2",
                     "paged_decode_cuda_bf16_hd128_bs16_g4_p2048_mma_u2_fused"]
     metal = [s.name for s in routed_specs("metal", bf16, 128, 16, 4, True)]
     assert metal == ["paged_decode_metal_bf16_hd128_bs16_g4_p0_sw",
@@ -297,9 +300,10 @@ def test_tensor_core_ring_reads_fragments_by_ldmatrix_from_a_swizzled_ring():
     assert geometry(spec).stages == 3 and geometry(spec).stage_rows == 16
     # 4 simdgroups x 3 slots x (16 rows of K + 16 of V) x 128 dims x 2 bytes, dynamic.
     assert defn.ring_bytes == 4 * 3 * 2 * 16 * 128 * 2
-    assert "mlx_paged_ldsm_x4_trans(" in defn.source and "mlx_paged_cp_async16(" in defn.source
+    assert "mlx_paged_ldsm_x4_trans(" in defn.source and "mlx_paged_cp_async16_at(" in defn.source
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in defn.header
-    assert "(c ^ (r & 7))" in defn.source  # the bank swizzle the ldmatrix reads undo
+    assert "(mm_c ^ (r & 7))" in defn.source  # the bank swizzle the ldmatrix reads undo
+    assert "constexpr int GROUP = HEAD_DIM > 128 ? 2 : 8;" in defn.source  # fragments per batch
     plain = define(dataclasses.replace(spec, stages=0))
     assert plain.ring_bytes == 0 and "ldmatrix" not in plain.header
     with pytest.raises(UnsupportedSpecError, match="ring already keeps"):
