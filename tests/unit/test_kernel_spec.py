@@ -303,7 +303,7 @@ def test_tensor_core_ring_reads_fragments_by_ldmatrix_from_a_swizzled_ring():
     assert "mlx_paged_ldsm_x4_trans(" in defn.source and "mlx_paged_cp_async16_at(" in defn.source
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in defn.header
     assert "(mm_c ^ (r & 7))" in defn.source  # the bank swizzle the ldmatrix reads undo
-    assert "constexpr int GROUP = HEAD_DIM > 128 ? 2 : 8;" in defn.source  # fragments per batch
+    assert "constexpr int GROUP = HEAD_DIM > 128 ? 2 : 8;" in defn.source  # ldmatrix per group
     plain = define(dataclasses.replace(spec, stages=0))
     assert plain.ring_bytes == 0 and "ldmatrix" not in plain.header
     with pytest.raises(UnsupportedSpecError, match="ring already keeps"):
