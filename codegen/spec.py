@@ -15,7 +15,8 @@ PARTITION_SIZES = (0, 128, 256, 512)  # 0: single pass over the whole sequence
 LONG_PARTITION_SIZES = (1024, 2048, 4096)
 # Tuning variants (0 / False: the kernel's own choice), named by a suffix: `_mma` scores and
 # P.V on CUDA tensor cores (bf16/fp16), `_u2` (with `_mma`) 2 sub-pages of 16 tokens loaded per
-# simdgroup step before their math (more bytes in flight, more registers), `_s3` K/V staged
+# simdgroup step before their math (more bytes in flight, more registers; with `_sN`, 2 ring
+# slots consumed per step under one softmax rescale), `_s3` K/V staged
 # through a 3-slot shared-memory ring per simdgroup (`_s1`: straight into registers, the
 # default; with `_mma` the fragments come from the ring by ldmatrix), `_t16` lanes per K/V row,
 # `_c4` tokens per softmax chunk, `_w8` simdgroups, `_o4` at least 4 threadgroups per SM (CUDA

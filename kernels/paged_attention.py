@@ -122,9 +122,13 @@ def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
         raise UnsupportedSpecError(f"{spec.name}: the tensor-core path combines with wN, uN and "
                                    f"sN only")
     stages = spec.stages or 1
-    if stages > 1 and spec.unroll > 1:
-        raise UnsupportedSpecError(f"{spec.name}: uN unrolls the register loads; the sN ring "
-                                   f"already keeps N - 1 sub-pages in flight")
+    if stages > 1 and spec.unroll > 1 and (stages % spec.unroll or stages < 2 * spec.unroll):
+        raise UnsupportedSpecError(f"{spec.name}: with a ring, uU consumes U sub-pages a step "
+                                   f"and the next U are in flight: sN needs N a multiple of U "
+                                   f"and at least 2U")
+    if stages > 1 and spec.unroll > 1 and spec.head_dim > 128:
+        raise UnsupportedSpecError(f"{spec.name}: uU with a ring holds U sub-pages' fragments "
+                                   f"in registers; head_dim up to 128")
     if stages > 1 and spec.head_dim % 64:
         raise UnsupportedSpecError(f"{spec.name}: the tensor-core ring swizzles rows in groups "
                                    f"of 8 16-byte chunks (head_dim a multiple of 64)")

@@ -306,7 +306,25 @@ def test_tensor_core_ring_reads_fragments_by_ldmatrix_from_a_swizzled_ring():
     assert "constexpr int GROUP = HEAD_DIM > 128 ? 2 : 8;" in defn.source  # ldmatrix per group
     plain = define(dataclasses.replace(spec, stages=0))
     assert plain.ring_bytes == 0 and "ldmatrix" not in plain.header
-    with pytest.raises(UnsupportedSpecError, match="ring already keeps"):
-        define(KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_u2_s2"))
+    for bad in ("mma_u2_s2", "mma_u2_s3"):  # the next U sub-pages need U slots of their own
+        with pytest.raises(UnsupportedSpecError, match="a multiple of U and at least 2U"):
+            define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
     with pytest.raises(UnsupportedSpecError, match="multiple of 64"):
         define(KernelSpec.parse("paged_decode_cuda_bf16_hd96_bs16_g4_p0_mma_s2"))
+
+
+def test_tensor_core_ring_takes_several_sub_pages_per_step_with_u():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_u2_s4_fused")
+    defn = define(spec)
+    assert spec.unroll == 2 and spec.stages == 4 and spec.tuning_suffix == "mma_u2_s4_fused"
+    # 4 simdgroups x 4 slots x (16 rows of K + 16 of V) x 128 dims x 2 bytes.
+    assert defn.ring_bytes == 4 * 4 * 2 * 16 * 128 * 2
+    source = defn.source
+    assert "constexpr int U = 2;" in source and "constexpr int GROUPS = STAGES / U;" in source
+    assert "mlx_paged_cp_wait<GROUPS - 2>();" in source  # one copy group of U per step
+    # Slots past the last sub-page copy the last one; its scores are masked.
+    assert "min(nx + u, mm_steps - 1)" in source and "valid[u][n][e] = sp < mm_steps" in source
+    single = define(dataclasses.replace(spec, unroll=0)).source
+    assert "constexpr int GROUPS" not in single and "mlx_paged_cp_wait<STAGES - 2>();" in single
+    with pytest.raises(UnsupportedSpecError, match="head_dim up to 128"):
+        define(KernelSpec.parse("paged_decode_cuda_bf16_hd256_bs16_g4_p0_mma_u2_s4"))
