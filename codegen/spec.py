@@ -19,19 +19,21 @@ LONG_PARTITION_SIZES = (1024, 2048, 4096)
 # slots consumed per step under one softmax rescale), `_s3` K/V staged
 # through a 3-slot shared-memory ring per simdgroup (`_s1`: straight into registers, the
 # default; with `_mma` the fragments come from the ring by ldmatrix), `_t16` lanes per K/V row,
+# `_kq` (with `_mma` and a ring) K as the A operand and Q as B (S^T = K Q^T, O^T = V^T P^T),
 # `_c4` tokens per softmax chunk, `_w8` simdgroups, `_o4` at least 4 threadgroups per SM (CUDA
 # `__launch_bounds__`: ptxas caps the registers to fit, spilling if it must), `_fused` split-K
 # in one launch (CUDA: the last partition of each sequence and KV head to finish merges them),
 # `_pg` (with `_fused`) partitions whose count the launcher picks to fill the GPU and whose
 # length the kernel derives from the grid; pN is then their shortest length.
-TUNING = (("tensor_cores", "mma"), ("unroll", "u"), ("stages", "s"), ("lanes_per_row", "t"),
+TUNING = (("tensor_cores", "mma"), ("unroll", "u"), ("stages", "s"), ("swap_operands", "kq"),
+          ("lanes_per_row", "t"),
           ("chunk", "c"), ("simdgroups", "w"), ("occupancy", "o"), ("fused_reduce", "fused"),
           ("grid_partitions", "pg"))
 POWERS_OF_TWO = (0, 1, 2, 4, 8, 16, 32)
 STAGES = (0, 1, 2, 3, 4)
 OCCUPANCIES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 UNROLLS = (0, 1, 2, 3, 4)
-_FLAGS = ("tensor_cores", "fused_reduce", "grid_partitions")
+_FLAGS = ("tensor_cores", "swap_operands", "fused_reduce", "grid_partitions")
 OPS = ("paged_decode", "paged_decode_reduce")
 
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -59,6 +61,7 @@ class KernelSpec:
     tensor_cores: bool = False
     unroll: int = 0
     stages: int = 0
+    swap_operands: bool = False
     lanes_per_row: int = 0
     chunk: int = 0
     simdgroups: int = 0
@@ -87,6 +90,9 @@ class KernelSpec:
         if self.unroll > 1 and not self.tensor_cores:
             raise UnsupportedSpecError(f"{self.name}: several sub-pages per step are a tensor-core "
                                        f"path loop (mma)")
+        if self.swap_operands and not self.tensor_cores:
+            raise UnsupportedSpecError(f"{self.name}: kq swaps the operands of the tensor-core "
+                                       f"path (mma)")
         if self.grid_partitions and not self.fused_reduce:
             raise UnsupportedSpecError(f"{self.name}: partitions from the grid need the fused "
                                        f"reduce (the reduce kernel's partitions are fixed)")
@@ -134,7 +140,7 @@ class KernelSpec:
             else:
                 raise UnsupportedSpecError(
                     f"{token!r} in {suffix!r} is not a tuning variant "
-                    f"(mma, uN, sN, tN, cN, wN, oN, fused, pg)")
+                    f"(mma, uN, sN, kq, tN, cN, wN, oN, fused, pg)")
         return values
 
     @property

@@ -129,6 +129,9 @@ def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
     if stages > 1 and spec.unroll > 1 and spec.head_dim > 128:
         raise UnsupportedSpecError(f"{spec.name}: uU with a ring holds U sub-pages' fragments "
                                    f"in registers; head_dim up to 128")
+    if spec.swap_operands and (stages < 2 or spec.unroll > 1 or spec.head_dim > 128):
+        raise UnsupportedSpecError(f"{spec.name}: kq (K as the A operand) is written for the "
+                                   f"one-sub-page ring: it needs sN, no uN, head_dim up to 128")
     if stages > 1 and spec.head_dim % 64:
         raise UnsupportedSpecError(f"{spec.name}: the tensor-core ring swizzles rows in groups "
                                    f"of 8 16-byte chunks (head_dim a multiple of 64)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import mlx.core as mx
 import pytest
@@ -328,3 +329,21 @@ def test_tensor_core_ring_takes_several_sub_pages_per_step_with_u():
     assert "constexpr int GROUPS" not in single and "mlx_paged_cp_wait<STAGES - 2>();" in single
     with pytest.raises(UnsupportedSpecError, match="head_dim up to 128"):
         define(KernelSpec.parse("paged_decode_cuda_bf16_hd256_bs16_g4_p0_mma_u2_s4"))
+
+
+def test_tensor_core_ring_swaps_the_operands_with_kq():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_kq_fused")
+    assert spec.swap_operands and spec.tuning_suffix == "mma_s3_kq_fused"
+    defn = define(spec)
+    assert "movmatrix.sync.aligned.m8n8.trans.b16" in defn.header
+    source = defn.source
+    # K as A (ldmatrix registers 0, 2, 1, 3), Q as B; half the output tiles of mma_s3.
+    assert "kb[s][0], kb[s][2], kb[s][1], kb[s][3], mm_q[s][0], mm_q[s][1]" in source
+    assert "float mm_o[NT / 2][4];" in source and "tg_o[pa_sg][head][16 * q + mm_g + 8]" in source
+    plain = define(dataclasses.replace(spec, swap_operands=False))
+    assert "movmatrix" not in plain.header and "float mm_o[NT][4];" in plain.source
+    for bad, why in (("mma_kq", "needs sN"), ("mma_u2_s4_kq", "no uN"), ("s2_kq", "(mma)")):
+        with pytest.raises(UnsupportedSpecError, match=re.escape(why)):
+            define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
+    with pytest.raises(UnsupportedSpecError, match="head_dim up to 128"):
+        define(KernelSpec.parse("paged_decode_cuda_bf16_hd256_bs16_g4_p0_mma_s3_kq"))
