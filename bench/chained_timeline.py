@@ -19,7 +19,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from mlx_paged.bench.kernels import contiguous_kv, make_problem
+from mlx_paged.bench.kernels import contiguous_kv, standard_problem
 from mlx_paged.kernels.paged_attention import paged_attention_decode
 
 _GPU_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
@@ -48,9 +48,7 @@ def main(argv: list[str]) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     batch, context = int(argv[0]), int(argv[1])
-    queries, k_pages, v_pages, tables, lens = make_problem(
-        batch, context, num_heads=32, num_kv_heads=8, head_dim=128, block_size=16,
-        dtype=mx.bfloat16, pool_bytes=4 << 30)
+    queries, k_pages, v_pages, tables, lens = standard_problem(batch, context)
     k, v = contiguous_kv(k_pages, v_pages, tables, context)
     methods = {
         "paged": lambda q: paged_attention_decode(q, k_pages, v_pages, tables, lens, scale=0.088),

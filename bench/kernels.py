@@ -158,6 +158,13 @@ def make_problem(batch: int, context: int, *, num_heads: int, num_kv_heads: int,
     return queries, k_pages, v_pages, tables, lens
 
 
+def standard_problem(batch: int, context: int, pool_bytes: int = 4 << 30):
+    """`make_problem` at the shape the issue benchmarks: 32 query / 8 KV heads, head_dim 128,
+    bf16, blocks of 16 (the diagnostics and the pytest-benchmark suite use it)."""
+    return make_problem(batch, context, num_heads=32, num_kv_heads=8, head_dim=128, block_size=16,
+                        dtype=mx.bfloat16, pool_bytes=pool_bytes)
+
+
 def contiguous_kv(k_pages: mx.array, v_pages: mx.array, tables: mx.array,
                   context: int) -> tuple[mx.array, mx.array]:
     """The same K/V as dense `(B, Hkv, context, D)` arrays, for the contiguous peers."""

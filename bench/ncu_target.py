@@ -17,7 +17,7 @@ import sys
 
 import mlx.core as mx
 
-from mlx_paged.bench.kernels import contiguous_kv, make_problem
+from mlx_paged.bench.kernels import contiguous_kv, standard_problem
 from mlx_paged.bench.paged_read import paged_read
 from mlx_paged.kernels.paged_attention import paged_attention_decode
 
@@ -27,9 +27,7 @@ def main(argv: list[str]) -> None:
     variant = argv[2] if len(argv) > 2 and argv[2] != "-" else None
     single_pass = {"1": True, "2": False}.get(argv[3] if len(argv) > 3 else "")
     partition = int(argv[4]) if len(argv) > 4 else None
-    queries, k_pages, v_pages, tables, lens = make_problem(
-        batch, context, num_heads=32, num_kv_heads=8, head_dim=128, block_size=16,
-        dtype=mx.bfloat16, pool_bytes=4 << 30)
+    queries, k_pages, v_pages, tables, lens = standard_problem(batch, context)
     if variant == "sdpa":
         k, v = contiguous_kv(k_pages, v_pages, tables, context)
     for _ in range(3):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from mlx_paged.bench.kernels import contiguous_kv, make_problem
+from mlx_paged.bench.kernels import contiguous_kv, standard_problem
 from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
 from mlx_paged.kernels.paged_attention_reference import paged_attention_reference
 
@@ -22,9 +22,8 @@ SHAPES = [(1, 2048), (8, 8192), (64, 2048)] if ON_GPU else [(1, 512), (4, 512)]
 @pytest.fixture(scope="module", params=SHAPES, ids=lambda s: f"B{s[0]}-T{s[1]}")
 def problem(request):
     batch, context = request.param
-    q, k_pages, v_pages, tables, lens = make_problem(
-        batch, context, num_heads=32, num_kv_heads=8, head_dim=128, block_size=16,
-        dtype=mx.bfloat16, pool_bytes=(1 << 30) if ON_GPU else (64 << 20))
+    q, k_pages, v_pages, tables, lens = standard_problem(
+        batch, context, pool_bytes=(1 << 30) if ON_GPU else (64 << 20))
     k, v = contiguous_kv(k_pages, v_pages, tables, context)
     return q, k_pages, v_pages, tables, lens, k, v
 

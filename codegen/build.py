@@ -19,8 +19,8 @@ MAX_METAL_BUFFERS = 31               # Metal's buffer argument table
 
 # op -> module whose `define(spec)` returns the op's KernelDefinition
 _OP_MODULES = {
-    "paged_decode": "mlx_paged.kernels.paged_attention",
-    "paged_decode_reduce": "mlx_paged.kernels.paged_attention",
+    "paged_decode": "mlx_paged.kernels.paged_attention_geometry",
+    "paged_decode_reduce": "mlx_paged.kernels.paged_attention_geometry",
 }
 
 

@@ -91,7 +91,8 @@ def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> Option
     the kernels are generated for (else it logs why not); "kernel" raises instead.
     """
     from mlx_paged.codegen.spec import UnsupportedSpecError
-    from mlx_paged.kernels.paged_attention import current_backend, routed_specs, warm_up
+    from mlx_paged.kernels.paged_attention import current_backend, warm_up
+    from mlx_paged.kernels.paged_attention_routing import routed_specs
 
     if mode == "reference":
         return None

@@ -11,7 +11,7 @@ import pytest
 from mlx_paged.codegen.build import KernelDefinition, define
 from mlx_paged.codegen.catalog import representative_specs
 from mlx_paged.codegen.spec import KernelSpec
-from mlx_paged.kernels.paged_attention import routed_specs
+from mlx_paged.kernels.paged_attention_routing import routed_specs
 
 pytest.importorskip("nvidia.cuda_nvrtc", reason="NVRTC wheel is installed on Linux only")
 from mlx_paged.codegen.cuda_check import CudaCheckError, check_cuda_source, wrap  # noqa: E402

@@ -11,9 +11,10 @@ import pytest
 from mlx_paged.codegen.build import KernelDefinition, KernelRenderError, check_definition, define
 from mlx_paged.codegen.catalog import all_specs, representative_specs
 from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
-from mlx_paged.kernels.paged_attention import (Geometry, decode_specs, geometry, grid_partitions,
-                                               routed_partition_size, routed_specs,
-                                               routed_variant)
+from mlx_paged.kernels.paged_attention_geometry import Geometry, geometry
+from mlx_paged.kernels.paged_attention_routing import (decode_specs, grid_partitions,
+                                                       routed_partition_size, routed_specs,
+                                                       routed_variant)
 
 METAL_ATTRIBUTES = ("threadgroup_position_in_grid", "threadgroups_per_grid",
                     "thread_index_in_simdgroup", "simdgroup_index_in_threadgroup",

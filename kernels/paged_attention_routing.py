@@ -1,0 +1,109 @@
+"""Which paged decode kernels the launcher runs: the specs of one attention shape, the routed
+tuning variant and partition length, and the single-pass / split-K rule, all from the H200
+sweeps in docs/kernels.md."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import mlx.core as mx
+
+from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
+
+DEFAULT_PARTITION_SIZE = 512
+# CUDA's routed split-K (tensor cores, fused reduce) takes longer partitions: a threadgroup's
+# fixed costs weigh less and no reduce launch follows (H200 sweep in docs/kernels.md).
+FUSED_PARTITION_SIZE = 1024
+FUSED_LONG_PARTITION_SIZE = 2048  # past FUSED_LONG_CONTEXT tokens of block table
+FUSED_LONG_CONTEXT = 16384
+# `pg` variant: how many threadgroups the launcher aims the partitions at. 132 SMs x 3
+# threadgroups of 152-168 registers on the H200 (`mma_fused`; `u2` fits 2). Measured no faster
+# than the routed partitions (docs/kernels.md), so not routed.
+GRID_TARGET_THREADGROUPS = 396
+# Routing between the single-pass and split-K kernels, from the H200 sweep in docs/kernels.md:
+# with enough (sequence, KV head) threadgroups to fill the GPU, splitting the context only adds
+# the reduce pass; with few, the partitions are where the parallelism comes from.
+SINGLE_PASS_MIN_GROUPS = 1024
+SINGLE_PASS_MIN_GROUPS_SHORT = 512   # ... and with at most this many partitions
+SHORT_PARTITIONS = 4
+
+
+_DTYPE_NAMES = {mx.float16: "float16", mx.bfloat16: "bfloat16", mx.float32: "float32"}
+
+
+@functools.lru_cache(maxsize=None)
+def decode_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
+                 sliding_window: bool, partition_size: int = DEFAULT_PARTITION_SIZE,
+                 variant: str = "") -> tuple[KernelSpec, KernelSpec, KernelSpec]:
+    """(single pass, pass 1, pass 2) specs for one attention shape; `variant` is a tuning
+    suffix for pass 1 (e.g. "s2_w8", see KernelSpec)."""
+    if dtype not in _DTYPE_NAMES:
+        raise UnsupportedSpecError(f"paged decode kernels take float16/bfloat16/float32 "
+                                   f"pages, not {dtype}")
+    args = (backend, _DTYPE_NAMES[dtype], head_dim, block_size, gqa)
+    tuning = KernelSpec.parse_tuning(variant)
+    single_tuning = {k: v for k, v in tuning.items()  # the split-K-only ones dropped
+                     if k not in ("fused_reduce", "grid_partitions")}
+    return (KernelSpec("paged_decode", *args, 0, sliding_window, **single_tuning),
+            KernelSpec("paged_decode", *args, partition_size, sliding_window, **tuning),
+            KernelSpec("paged_decode_reduce", *args, partition_size, sliding_window))
+
+
+def routed_variant(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int,
+                   table_tokens: int = 1) -> str:
+    """The pass-1 variant the launcher runs when none is asked for, given the block table's
+    width in tokens. On CUDA at head_dim 128 where the tensor cores serve the shape (bf16/fp16,
+    blocks of 16/32): up to FUSED_LONG_CONTEXT tokens `mma_s3_fused` (K/V through a 3-slot
+    cp.async ring), past it `mma_u2_fused` (two sub-pages in registers per step), each the
+    faster of the two in the H200 sweep (docs/kernels.md). Elsewhere, and at head sizes not yet
+    measured, the FMA loop ("")."""
+    if (backend == "cuda" and dtype in (mx.bfloat16, mx.float16) and head_dim == 128
+            and block_size % 16 == 0):
+        return "mma_u2_fused" if table_tokens > FUSED_LONG_CONTEXT else "mma_s3_fused"
+    return ""
+
+
+def routed_partition_size(variant: str, table_tokens: int) -> int:
+    """Split-K partition length for `variant` when `table_tokens` is the block table's width."""
+    if "fused" not in variant.split("_"):
+        return DEFAULT_PARTITION_SIZE
+    return FUSED_LONG_PARTITION_SIZE if table_tokens > FUSED_LONG_CONTEXT else FUSED_PARTITION_SIZE
+
+
+def grid_partitions(groups: int, max_partitions: int,
+                    target: int = GRID_TARGET_THREADGROUPS, min_fill: float = 0.9) -> int:
+    """Partitions per (sequence, KV head) for the `pg` variant: the fewest whose threadgroups
+    fill their last wave of `target` to `min_fill` (else the best-filled), and no more than
+    `max_partitions`, so none is shorter than the spec's partition."""
+    best, best_fill = 1, 0.0
+    for parts in range(1, max(1, max_partitions) + 1):
+        waves = groups * parts / target
+        fill = waves / math.ceil(waves)
+        if fill >= min_fill:
+            return parts
+        if fill > best_fill:
+            best, best_fill = parts, fill
+    return best
+
+
+def use_single_pass(num_seqs: int, num_kv_heads: int, num_partitions: int) -> bool:
+    """The measured routing rule between the single-pass and the split-K kernels."""
+    groups = num_seqs * num_kv_heads
+    return (num_partitions == 1 or groups >= SINGLE_PASS_MIN_GROUPS
+            or (groups >= SINGLE_PASS_MIN_GROUPS_SHORT and num_partitions <= SHORT_PARTITIONS))
+
+
+def routed_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
+                 sliding_window: bool) -> list[KernelSpec]:
+    """Every spec the launcher's routing can call for one attention shape."""
+    specs: list[KernelSpec] = []
+    for tokens in (1, FUSED_LONG_CONTEXT + 1):  # the routing changes only past this width
+        variant = routed_variant(backend, dtype, head_dim, block_size, tokens)
+        single, part1, part2 = decode_specs(backend, dtype, head_dim, block_size, gqa,
+                                            sliding_window,
+                                            routed_partition_size(variant, tokens), variant)
+        for spec in [single, part1] if part1.fused_reduce else [single, part1, part2]:
+            if spec not in specs:
+                specs.append(spec)
+    return specs
