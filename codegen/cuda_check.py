@@ -22,7 +22,7 @@ SHIM = Path(__file__).resolve().parent / "cuda_shim.h"
 ARCH = "sm_90a"  # what MLX asks NVRTC for on an H100/H200
 # Inputs and outputs whose element type is not the kernel's `T`.
 _ARG_TYPES = {"block_tables": "int32_t", "seq_lens": "int32_t", "window": "int32_t",
-              "counters": "int32_t",
+              "counters": "int32_t", "counters_next": "int32_t",
               "scale": "float", "partial_out": "float", "partial_max": "float",
               "partial_sum": "float"}
 

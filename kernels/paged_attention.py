@@ -14,9 +14,13 @@ import mlx.core as mx
 from mlx_paged.codegen.build import build
 from mlx_paged.codegen.build import define as define_cached
 from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
+from mlx_paged.kernels.counter_chain import CounterChain
 from mlx_paged.kernels.paged_attention_routing import (decode_specs, grid_partitions,
                                                        routed_partition_size, routed_specs,
                                                        routed_variant, use_single_pass)
+
+# Every fused call counts its partitions on counters the previous call zeroed.
+_COUNTERS = CounterChain()
 
 
 def current_backend() -> Optional[str]:
@@ -101,14 +105,13 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     partial_shapes = [(num_seqs, num_heads, num_partitions, head_dim),
                       (num_seqs, num_heads, num_partitions), (num_seqs, num_heads, num_partitions)]
     if part1.fused_reduce:
-        return build(part1)(
-            # Fresh zeroed counters per call: MLX's CUDA graphs run calls with no data
-            # dependency concurrently, so calls must not share them.
-            inputs=inputs + [mx.zeros((num_seqs * num_kv_heads,), dtype=mx.int32)],
-            template=template,
-            grid=(grid_x, num_seqs, num_partitions), threadgroup=(tg, 1, 1),
-            output_shapes=[queries.shape] + partial_shapes,
-            output_dtypes=[queries.dtype] + [mx.float32] * 3)[0]
+        def launch(counters):
+            return build(part1)(
+                inputs=inputs + [counters], template=template,
+                grid=(grid_x, num_seqs, num_partitions), threadgroup=(tg, 1, 1),
+                output_shapes=[queries.shape] + partial_shapes + [counters.shape],
+                output_dtypes=[queries.dtype] + [mx.float32] * 3 + [mx.int32])
+        return _COUNTERS.call(num_seqs * num_kv_heads, launch)[0]
     partial_out, partial_max, partial_sum = build(part1)(
         inputs=inputs, template=template,
         grid=(grid_x, num_seqs, num_partitions), threadgroup=(tg, 1, 1),

@@ -133,7 +133,7 @@ def define(spec: KernelSpec) -> KernelDefinition:
                                        f"device-scope fences between threadgroups)")
         outputs = ("partial_out", "partial_max", "partial_sum") if spec.partitioned else ("out",)
         if spec.fused_reduce:
-            outputs = ("out",) + outputs
+            outputs = ("out",) + outputs + ("counters_next",)
         counters = ("counters",) if spec.fused_reduce else ()
         return KernelDefinition(
             spec=spec, source=render("paged_attention.jinja", spec, geo=geo), header=header,

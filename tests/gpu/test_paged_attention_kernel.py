@@ -119,12 +119,15 @@ def test_variant_families_match_reference(variant, case, single_pass):
 
 @pytest.mark.parametrize("partition_size", [128, 512, 2048])
 def test_fused_reduce_calls_in_one_graph(partition_size):
-    """Fused split-K calls with no data dependency between them, which MLX's CUDA graphs may
-    run concurrently, each count on their own counters: every answer stays exact (sliding
-    windows that skip partitions included)."""
+    """Fused split-K calls built into one graph with no data dependency between them: each
+    counts on the counters the call before zeroed (`CounterChain`), including across a chain
+    that grows past 256 (sequence, KV head) groups; every answer stays exact (sliding windows
+    that skip partitions included)."""
     calls = []
+    wide = [int(n) for n in np.random.default_rng(6).integers(1, 2500, size=40)]
     for seed, lens, window in ((3, [1, 700, 2100], None), (4, [4097, 33, 900, 1500], None),
-                               (5, [3000, 129], 300), (3, [1, 700, 2100], None)):
+                               (5, [3000, 129], 300), (6, wide, None), (7, wide[:9], 200),
+                               (3, [1, 700, 2100], None)):
         inputs = make_case(seed, lens, num_kv_heads=8, gqa=4, head_dim=128, block_size=16,
                            dtype=BF16)
         out = paged_attention_decode(*inputs, scale=0.088, window=window, single_pass=False,
