@@ -1,23 +1,20 @@
 """Launcher of the paged decode-attention kernels (`paged_attention.jinja`, pass 1 or the only
 pass; `paged_attention_reduce.jinja`, pass 2). Rendering is in `paged_attention_geometry`, the
-routing in `paged_attention_routing`; the oracle is `paged_attention_reference`."""
+routing in `paged_attention_routing`, each shape's launch in `paged_attention_plan`; the oracle
+is `paged_attention_reference`."""
 
 from __future__ import annotations
 
 import functools
-import math
 import time
 from typing import Optional
 
 import mlx.core as mx
 
-from mlx_paged.codegen.build import build
-from mlx_paged.codegen.build import define as define_cached
 from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.counter_chain import CounterChain
-from mlx_paged.kernels.paged_attention_routing import (decode_specs, grid_partitions,
-                                                       routed_partition_size, routed_specs,
-                                                       routed_variant, use_single_pass)
+from mlx_paged.kernels.paged_attention_plan import launch_plan
+from mlx_paged.kernels.paged_attention_routing import routed_specs
 
 # Every fused call counts its partitions on counters the previous call zeroed.
 _COUNTERS = CounterChain()
@@ -27,6 +24,12 @@ def current_backend() -> Optional[str]:
     """"metal" or "cuda" when MLX's default device is a GPU with that backend, else None."""
     if mx.default_device().type != mx.DeviceType.gpu:
         return None
+    return _gpu_backend()
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_backend() -> Optional[str]:
+    """The GPU backend this MLX build has (it cannot change in a process)."""
     if mx.metal.is_available():
         return "metal"
     if hasattr(mx, "cuda") and mx.cuda.is_available():
@@ -57,29 +60,18 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
         UnsupportedSpecError: for an input the kernels cannot serve (the message names the spec).
     """
     backend = backend or current_backend()
-    num_seqs, num_heads, num_queries, head_dim = queries.shape
-    _, block_size, num_kv_heads, page_dim = k_pages.shape
     if backend is None:
         raise UnsupportedSpecError("paged decode kernels need MLX's Metal or CUDA backend; "
                                    "the CPU runs paged_attention_reference")
-    if num_heads % num_kv_heads:
-        raise UnsupportedSpecError(f"{num_heads} query heads are not a multiple of "
-                                   f"{num_kv_heads} KV heads")
-    table_tokens = block_tables.shape[1] * block_size
-    if variant is None:
-        variant = routed_variant(backend, k_pages.dtype, head_dim, block_size, table_tokens)
-    if partition_size is None:
-        partition_size = routed_partition_size(variant, table_tokens)
-    single, part1, part2 = decode_specs(backend, k_pages.dtype, head_dim, block_size,
-                                        num_heads // num_kv_heads, window is not None,
-                                        partition_size, variant)
-    if num_queries != 1:
-        raise UnsupportedSpecError(f"{single.name}: decode kernels take one query per row, "
-                                   f"not {num_queries}")
+    q_shape, k_shape, dtype = queries.shape, k_pages.shape, queries.dtype
+    num_seqs, num_heads, num_queries, head_dim = q_shape
+    plan = launch_plan(backend, dtype, num_seqs, num_heads, num_queries, head_dim, k_shape[1],
+                       k_shape[2], block_tables.shape[1], window is not None, partition_size,
+                       single_pass, variant)
     if sinks is not None:
-        raise UnsupportedSpecError(f"{single.name}: attention sinks are not implemented")
-    if page_dim != head_dim or v_pages.shape != k_pages.shape or queries.dtype != k_pages.dtype:
-        raise UnsupportedSpecError(f"{single.name}: queries {queries.shape} {queries.dtype} do "
+        raise UnsupportedSpecError(f"{plan.name}: attention sinks are not implemented")
+    if k_shape[3] != head_dim or v_pages.shape != k_shape or k_pages.dtype != dtype:
+        raise UnsupportedSpecError(f"{plan.name}: queries {queries.shape} {queries.dtype} do "
                                    f"not match pages {k_pages.shape} {k_pages.dtype}")
     if block_tables.dtype != mx.int32:
         block_tables = block_tables.astype(mx.int32)
@@ -89,38 +81,26 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
               _constant(float(scale), mx.float32)]
     if window is not None:
         inputs.append(_constant(int(window), mx.int32))
-    template = [("T", k_pages.dtype)]
-    num_partitions = math.ceil(block_tables.shape[1] * block_size / partition_size)
-    if part1.grid_partitions:
-        num_partitions = grid_partitions(num_seqs * num_kv_heads, num_partitions)
-    if single_pass is None:
-        single_pass = use_single_pass(num_seqs, num_kv_heads, num_partitions)
-    if single_pass:
-        tg, grid_x = _threads(single, num_kv_heads)
-        return build(single)(
-            inputs=inputs, template=template, grid=(grid_x, num_seqs, 1),
-            threadgroup=(tg, 1, 1), output_shapes=[queries.shape],
-            output_dtypes=[queries.dtype])[0]
-    tg, grid_x = _threads(part1, num_kv_heads)
-    partial_shapes = [(num_seqs, num_heads, num_partitions, head_dim),
-                      (num_seqs, num_heads, num_partitions), (num_seqs, num_heads, num_partitions)]
-    if part1.fused_reduce:
+    template = [("T", dtype)]
+    if not plan.partial_shapes:
+        return plan.kernel(inputs=inputs, template=template, grid=plan.grid,
+                           threadgroup=plan.threadgroup, output_shapes=[q_shape],
+                           output_dtypes=[dtype])[0]
+    if plan.fused:
         def launch(counters):
-            return build(part1)(
-                inputs=inputs + [counters], template=template,
-                grid=(grid_x, num_seqs, num_partitions), threadgroup=(tg, 1, 1),
-                output_shapes=[queries.shape] + partial_shapes + [counters.shape],
-                output_dtypes=[queries.dtype] + [mx.float32] * 3 + [mx.int32])
-        return _COUNTERS.call(num_seqs * num_kv_heads, launch)[0]
-    partial_out, partial_max, partial_sum = build(part1)(
-        inputs=inputs, template=template,
-        grid=(grid_x, num_seqs, num_partitions), threadgroup=(tg, 1, 1),
-        output_shapes=partial_shapes, output_dtypes=[mx.float32] * 3)
+            return plan.kernel(
+                inputs=inputs + [counters], template=template, grid=plan.grid,
+                threadgroup=plan.threadgroup,
+                output_shapes=[q_shape, *plan.partial_shapes, counters.shape],
+                output_dtypes=[dtype, mx.float32, mx.float32, mx.float32, mx.int32])
+        return _COUNTERS.call(plan.groups, launch)[0]
+    partial_out, partial_max, partial_sum = plan.kernel(
+        inputs=inputs, template=template, grid=plan.grid, threadgroup=plan.threadgroup,
+        output_shapes=list(plan.partial_shapes), output_dtypes=[mx.float32] * 3)
     reduce_inputs = [partial_out, partial_max, partial_sum, seq_lens] + inputs[6:]  # + window
-    return build(part2)(
-        inputs=reduce_inputs, template=template, grid=(num_heads * 32, num_seqs, 1),
-        threadgroup=(32, 1, 1), output_shapes=[queries.shape],
-        output_dtypes=[queries.dtype])[0]
+    return plan.reduce_kernel(
+        inputs=reduce_inputs, template=template, grid=plan.reduce_grid,
+        threadgroup=(32, 1, 1), output_shapes=[q_shape], output_dtypes=[dtype])[0]
 
 
 @functools.lru_cache(maxsize=64)
@@ -130,12 +110,6 @@ def _constant(value, dtype) -> mx.array:
     array = mx.array([value], dtype=dtype)
     mx.eval(array)
     return array
-
-
-def _threads(spec: KernelSpec, num_kv_heads: int) -> tuple[int, int]:
-    """(threads per threadgroup, threads along the grid's x axis) of a pass-1 launch."""
-    threads = define_cached(spec).threads_per_threadgroup
-    return threads, threads * num_kv_heads
 
 
 def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,

@@ -1,0 +1,87 @@
+"""The launch plan of one decode-attention shape: which kernels, grids and output shapes.
+
+Working these out takes several cached lookups keyed on `KernelSpec`s (each hashes about twenty
+fields), and the launcher runs once per layer per decode step, while the GPU kernel takes tens
+of microseconds at small batches. So the whole plan is cached per shape, and a call costs one
+lookup.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import mlx.core as mx
+
+from mlx_paged.codegen.build import build
+from mlx_paged.codegen.build import define as define_cached
+from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
+from mlx_paged.kernels.paged_attention_routing import (decode_specs, grid_partitions,
+                                                       routed_partition_size, routed_variant,
+                                                       use_single_pass)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What one call of a shape launches: pass 1 (or the single pass) and, for the two-pass
+    split-K, the reduce. `partial_shapes` are pass 1's fp32 outputs (none for the single pass);
+    a `fused` pass 1 also takes and returns the counters (`CounterChain`)."""
+
+    name: str  # the single-pass spec's name, for error messages
+    kernel: Any
+    grid: tuple[int, int, int]
+    threadgroup: tuple[int, int, int]
+    partial_shapes: tuple[tuple[int, ...], ...]
+    fused: bool
+    groups: int  # (sequence, KV head) pairs: the counters a fused call needs
+    reduce_kernel: Any = None
+    reduce_grid: tuple[int, int, int] = (0, 0, 0)
+
+
+@functools.lru_cache(maxsize=512)
+def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, num_queries: int,
+                head_dim: int, block_size: int, num_kv_heads: int, table_blocks: int,
+                sliding_window: bool, partition_size: Optional[int], single_pass: Optional[bool],
+                variant: Optional[str]) -> LaunchPlan:
+    """The plan of one shape (see `paged_attention_decode` for the arguments); raises
+    `UnsupportedSpecError` for a shape the kernels cannot serve."""
+    if num_heads % num_kv_heads:
+        raise UnsupportedSpecError(f"{num_heads} query heads are not a multiple of "
+                                   f"{num_kv_heads} KV heads")
+    table_tokens = table_blocks * block_size
+    if variant is None:
+        variant = routed_variant(backend, dtype, head_dim, block_size, table_tokens)
+    if partition_size is None:
+        partition_size = routed_partition_size(variant, table_tokens)
+    single, part1, part2 = decode_specs(backend, dtype, head_dim, block_size,
+                                        num_heads // num_kv_heads, sliding_window,
+                                        partition_size, variant)
+    if num_queries != 1:
+        raise UnsupportedSpecError(f"{single.name}: decode kernels take one query per row, "
+                                   f"not {num_queries}")
+    num_partitions = math.ceil(table_tokens / partition_size)
+    if part1.grid_partitions:
+        num_partitions = grid_partitions(num_seqs * num_kv_heads, num_partitions)
+    if single_pass is None:
+        single_pass = use_single_pass(num_seqs, num_kv_heads, num_partitions)
+    groups = num_seqs * num_kv_heads
+    if single_pass:
+        tg = _threads(single)
+        return LaunchPlan(single.name, build(single), (tg * num_kv_heads, num_seqs, 1),
+                          (tg, 1, 1), (), False, groups)
+    tg = _threads(part1)
+    partial_shapes = ((num_seqs, num_heads, num_partitions, head_dim),
+                      (num_seqs, num_heads, num_partitions), (num_seqs, num_heads, num_partitions))
+    grid = (tg * num_kv_heads, num_seqs, num_partitions)
+    if part1.fused_reduce:
+        return LaunchPlan(single.name, build(part1), grid, (tg, 1, 1), partial_shapes, True,
+                          groups)
+    return LaunchPlan(single.name, build(part1), grid, (tg, 1, 1), partial_shapes, False, groups,
+                      reduce_kernel=build(part2), reduce_grid=(num_heads * 32, num_seqs, 1))
+
+
+def _threads(spec: KernelSpec) -> int:
+    """Threads per threadgroup of a pass-1 launch."""
+    return define_cached(spec).threads_per_threadgroup
