@@ -174,6 +174,25 @@ def contiguous_kv(k_pages: mx.array, v_pages: mx.array, tables: mx.array,
     return k, v
 
 
+PEERS = ("paged_read", "mlx_sdpa", "torch_sdpa")
+
+
+def method_names(args) -> list[str]:
+    """Every column a sweep with these arguments times, before `--skip` (its valid names)."""
+    names = ["paged", "paged_1pass", "paged_2pass", "paged_2pass_p128", "gather_sdpa"]
+    names += [f"paged_2pass_p{size}" for size in getattr(args, "partition_size", [])]
+    for variant in getattr(args, "variant", []):
+        names.append(f"paged_{variant}")
+        names += [f"paged_{variant}_p{size}" for size in getattr(args, "partition_size", [])]
+    return list(dict.fromkeys(names)) + list(PEERS)
+
+
+def unknown_skips(args) -> list[str]:
+    """The `--skip` names that match no column of this sweep."""
+    known = set(method_names(args))
+    return [name for name in getattr(args, "skip", []) if name not in known]
+
+
 def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
     dtype = _DTYPES[args.dtype]
     q, k_pages, v_pages, tables, lens = make_problem(
@@ -314,6 +333,11 @@ def main(args) -> int:
             return 1
         print(f"wrote {out}")
         return 0
+    unknown = unknown_skips(args)
+    if unknown:
+        print(f"mlx-paged bench kernels: --skip {', '.join(unknown)}: no such column; this "
+              f"sweep's columns are {', '.join(method_names(args))}")
+        return 2
     backend = current_backend()
     if backend is None:
         print("mlx-paged bench kernels needs MLX on a GPU (Metal or CUDA); this machine runs "

@@ -69,9 +69,10 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--partition-size", action="append", type=int, default=[], metavar="N",
                    help="also time split-K with N-token partitions (repeatable; 128..4096)")
     p.add_argument("--skip", action="append", default=[], metavar="METHOD",
-                   choices=["paged_1pass", "paged_2pass", "paged_2pass_p128", "gather_sdpa",
-                            "paged_read", "mlx_sdpa", "torch_sdpa"],
-                   help="leave this method out (repeatable), to spend less GPU time on a sweep")
+                   help="leave this column out (repeatable), to spend less GPU time on a "
+                        "sweep: paged_1pass, paged_2pass, paged_2pass_p128, gather_sdpa, "
+                        "paged_read, mlx_sdpa, torch_sdpa, or one that --variant / "
+                        "--partition-size add (paged_<suffix>, paged_2pass_p<N>, ...)")
     p.add_argument("--sequential-blocks", action="store_true",
                    help="give each sequence consecutive blocks instead of shuffled ones")
     p.add_argument("--chained", action="store_true",

@@ -36,3 +36,22 @@ def test_kv_paged_flag(argv, expected):
 def test_unimplemented_commands_say_so(capsys):
     assert main(["bench", "serve"]) == 2
     assert "not implemented yet" in capsys.readouterr().err
+
+
+def test_bench_kernels_skip_names_every_column_a_sweep_adds():
+    from mlx_paged.bench.kernels import method_names, unknown_skips
+    args = build_parser().parse_args(
+        ["bench", "kernels", "--variant", "mma_s3_fused", "--partition-size", "2048",
+         "--skip", "paged_2pass_p2048", "--skip", "paged_mma_s3_fused_p2048",
+         "--skip", "torch_sdpa"])
+    assert method_names(args) == [
+        "paged", "paged_1pass", "paged_2pass", "paged_2pass_p128", "gather_sdpa",
+        "paged_2pass_p2048", "paged_mma_s3_fused", "paged_mma_s3_fused_p2048",
+        "paged_read", "mlx_sdpa", "torch_sdpa"]
+    assert unknown_skips(args) == []
+
+
+def test_bench_kernels_rejects_a_skip_that_matches_no_column(capsys):
+    assert main(["bench", "kernels", "--skip", "paged_2pass_p4096"]) == 2
+    out = capsys.readouterr().out
+    assert "--skip paged_2pass_p4096: no such column" in out and "paged_read" in out
