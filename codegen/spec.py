@@ -30,7 +30,7 @@ TUNING = (("tensor_cores", "mma"), ("unroll", "u"), ("stages", "s"), ("swap_oper
           ("chunk", "c"), ("simdgroups", "w"), ("occupancy", "o"), ("fused_reduce", "fused"),
           ("grid_partitions", "pg"))
 POWERS_OF_TWO = (0, 1, 2, 4, 8, 16, 32)
-STAGES = (0, 1, 2, 3, 4)
+STAGES = (0, 1, 2, 3, 4, 5, 6, 7, 8)  # past 4: the tensor-core ring only
 OCCUPANCIES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 UNROLLS = (0, 1, 2, 3, 4)
 _FLAGS = ("tensor_cores", "swap_operands", "fused_reduce", "grid_partitions")

@@ -67,6 +67,9 @@ def geometry(spec: KernelSpec) -> Geometry:
     # measured no faster (docs/kernels.md), so it stays a tuning variant (`_s2`..`_s4`).
     stages = spec.stages or 1
     stage_rows = 0
+    if stages > 4:
+        raise UnsupportedSpecError(f"{spec.name}: rings of more than 4 slots are generated for "
+                                   f"the tensor-core path only (mma_sN)")
     if stages > 1:
         row_bytes = spec.head_dim * spec.itemsize
         if row_bytes % 16:

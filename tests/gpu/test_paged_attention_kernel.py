@@ -73,7 +73,9 @@ def test_long_context_32k(dtype):
                                      "o4", "c2_o5", "fused", "fused_w8", "s2_fused", "mma_u2",
                                      "mma_u2_fused", "mma_u3_w8", "mma_u4", "mma_s2",
                                      "mma_s3_fused", "mma_s2_w8", "mma_s4_w2", "mma_u2_s4_fused",
-                                     "mma_u2_s4_w2", "mma_s3_kq_fused", "mma_s2_kq_w8"])
+                                     "mma_u2_s4_w2", "mma_s3_kq_fused", "mma_s2_kq_w8",
+                                     "mma_s6_w1_fused", "mma_s8_w1", "mma_s5_w2_fused",
+                                     "mma_s4_w2_fused"])
 def test_tuning_variants(variant):
     """The variants `mlx-paged bench kernels --variant` times compute the same attention."""
     lens = [1, 77, 512, 1301]
@@ -99,7 +101,10 @@ FAMILIES = ([("s2", c) for c in SPECS[::2]] + [("s4", c) for c in SPECS[1::4]]
             + [("mma_u2_s4_fused", SPECS[3])]
             + [("mma_s3_kq", c) for c in SPECS
                if c[0] != F32 and c[2] % 16 == 0 and c[1] in (64, 128)]
-            + [("mma_s3_kq_fused", SPECS[3])])
+            + [("mma_s3_kq_fused", SPECS[3])]
+            + [("mma_s6_w1", c) for c in SPECS
+               if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
+            + [("mma_s6_w1_fused", SPECS[3])])
 
 
 @pytest.mark.parametrize("variant,case", FAMILIES,

@@ -33,7 +33,8 @@ def test_tuning_variants_compile():
     for suffix in ("mma", "mma_w2", "s2", "s4_c4", "s2_t32_c2", "w8", "fused", "s2_fused",
                    "o4", "c2_o5", "fused_pg", "mma_fused_pg", "mma_u2", "mma_u3_fused_pg",
                    "mma_s2", "mma_s3_fused", "mma_u2_s4_fused", "mma_u2_s4_w2",
-                   "mma_s3_kq_fused", "mma_s2_kq_w8"):
+                   "mma_s3_kq_fused", "mma_s2_kq_w8", "mma_s6_w1_fused", "mma_s8_w1",
+                   "mma_s5_w2_fused"):
         spec = dataclasses.replace(LLAMA, **KernelSpec.parse_tuning(suffix))
         assert check_cuda_source(define(spec)).registers > 0, spec.name
     for name in ("paged_decode_cuda_f16_hd80_bs32_g8_p0_sw_mma",

@@ -78,8 +78,14 @@ def test_ring_variant_is_named_and_sized():
         define(ring.with_backend("metal"))
     with pytest.raises(UnsupportedSpecError, match="pass 1 only"):
         KernelSpec("paged_decode_reduce", "cuda", "bfloat16", 128, 16, 4, 512, stages=2)
-    with pytest.raises(UnsupportedSpecError, match="stages=5"):
-        KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 4, 512, stages=5)
+    with pytest.raises(UnsupportedSpecError, match="stages=9"):
+        KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 4, 512, stages=9)
+    # Deeper rings than 4 slots: the tensor-core ring only.
+    with pytest.raises(UnsupportedSpecError, match="tensor-core path only"):
+        define(KernelSpec("paged_decode", "cuda", "bfloat16", 128, 16, 4, 512, stages=5))
+    deep = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s6_w1_fused")
+    assert (geometry(deep).stages, geometry(deep).nsg) == (6, 1)
+    assert define(deep).ring_bytes == 6 * 2 * 16 * 128 * 2
 
 
 def test_cuda_ring_beside_static_memory_asks_mlx_to_raise_the_limit():
