@@ -21,3 +21,4 @@ def test_gpu_ops_keep_only_gpu_work_in_start_order_and_summarize_gaps(tmp_path):
                    (260.0, 70.0, "attn")]
     # gaps: fill 0 (first), attn 200 - 110 = 90, fill 254 - 250 = 4, attn 260 - 256 = 4
     assert summarize(ops) == {"fill": (2, 6.0, 2.0), "attn": (2, 60.0, 47.0)}
+

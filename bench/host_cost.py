@@ -1,0 +1,72 @@
+"""Host time per decode-attention call, next to MLX's SDPA and two trivial custom kernels.
+
+    python3 -m mlx_paged.bench.host_cost [BATCH CONTEXT]
+
+For each method, 1000 chained calls (each call's output is the next call's queries): `build`
+is the host time per call to add it to MLX's graph, with no evaluation; `eval` is the time
+per call to then evaluate them all. Peers: MLX's SDPA on the same K/V made contiguous, a
+one-line `mx.fast.cuda_kernel` (`tiny`), and the same with 18 KB of comment lines in its
+source (`big_src`: MLX rebuilds a custom kernel's source text on every call). The shape is
+the kernel benchmark's (32 query / 8 KV heads, head_dim 128, bf16, blocks of 16, a 4 GiB pool
+with shuffled block ids); default 1 × 2048. Needs MLX on a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import mlx.core as mx
+
+from mlx_paged.bench.kernels import contiguous_kv, standard_problem
+from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
+
+CALLS = 1000
+
+
+def per_call_us(fn, queries: mx.array, calls: int = CALLS) -> tuple[float, float]:
+    """(build, eval) µs per call of `calls` chained calls of `fn`."""
+    x = queries
+    tic = time.perf_counter()
+    for _ in range(calls):
+        x = fn(x)
+    build = time.perf_counter() - tic
+    tic = time.perf_counter()
+    mx.eval(x)
+    mx.synchronize()
+    return build / calls * 1e6, (time.perf_counter() - tic) / calls * 1e6
+
+
+def _copy_kernel(name: str, padding_lines: int):
+    source = "out[threadIdx.x] = inp[threadIdx.x];\n" + "// padding\n" * padding_lines
+    kernel = mx.fast.cuda_kernel(name=name, input_names=["inp"], output_names=["out"],
+                                 source=source)
+    return lambda x: kernel(inputs=[x], grid=(32, 1, 1), threadgroup=(32, 1, 1),
+                            output_shapes=[x.shape], output_dtypes=[x.dtype])[0]
+
+
+def main(argv: list[str]) -> int:
+    if current_backend() != "cuda":
+        print("python3 -m mlx_paged.bench.host_cost needs MLX on a CUDA GPU; this machine runs "
+              f"MLX on {mx.default_device()}")
+        return 2
+    batch, context = (int(argv[0]), int(argv[1])) if len(argv) >= 2 else (1, 2048)
+    queries, k_pages, v_pages, tables, lens = standard_problem(batch, context)
+    k, v = contiguous_kv(k_pages, v_pages, tables, context)
+    mx.eval(k, v)
+    methods = {
+        "paged": lambda x: paged_attention_decode(x, k_pages, v_pages, tables, lens, scale=0.088),
+        "sdpa": lambda x: mx.fast.scaled_dot_product_attention(x, k, v, scale=0.088),
+        "tiny": _copy_kernel("host_cost_tiny", 0),
+        "big_src": _copy_kernel("host_cost_big", 1500),
+    }
+    print(f"B={batch} T={context}: build / eval µs per call of {CALLS} chained calls, twice")
+    for name, fn in methods.items():
+        per_call_us(fn, queries, 50)  # compile and warm up
+        runs = [per_call_us(fn, queries) for _ in range(2)]
+        print(f"{name:8s} " + "  ".join(f"{b:6.1f} / {e:6.1f}" for b, e in runs), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
