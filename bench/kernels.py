@@ -207,7 +207,7 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
         return lambda queries: paged_attention_decode(queries, k_pages, v_pages, tables, lens,
                                                       scale=scale, **options)
     # Every method maps queries to an output of the queries' shape, so `--chained` can feed
-    # each call's output to the next.
+    # each call's output to the next. Their names follow `method_names`, which checks --skip.
     runs = {
         "paged": paged(),
         "paged_1pass": paged(single_pass=True),
