@@ -177,14 +177,29 @@ def contiguous_kv(k_pages: mx.array, v_pages: mx.array, tables: mx.array,
 PEERS = ("paged_read", "mlx_sdpa", "torch_sdpa")
 
 
+def paged_runs(args) -> dict[str, dict]:
+    """Every paged-kernel column of a sweep: its name and its `paged_attention_decode` options
+    (the routed kernel, forced passes, other partition lengths, `--variant`s)."""
+    sizes = getattr(args, "partition_size", [])
+    runs = {"paged": {}, "paged_1pass": dict(single_pass=True),
+            "paged_2pass": dict(single_pass=False),
+            "paged_2pass_p128": dict(single_pass=False, partition_size=128)}
+    for size in sizes:  # split-K with other partition lengths
+        runs[f"paged_2pass_p{size}"] = dict(single_pass=False, partition_size=size)
+    for variant in getattr(args, "variant", []):  # the routed kernel in other variants
+        runs[f"paged_{variant}"] = dict(variant=variant)
+        for size in sizes:  # ... and split-K at other lengths
+            runs[f"paged_{variant}_p{size}"] = dict(single_pass=False, partition_size=size,
+                                                    variant=variant)
+    return runs
+
+
 def method_names(args) -> list[str]:
-    """Every column a sweep with these arguments times, before `--skip` (its valid names)."""
-    names = ["paged", "paged_1pass", "paged_2pass", "paged_2pass_p128", "gather_sdpa"]
-    names += [f"paged_2pass_p{size}" for size in getattr(args, "partition_size", [])]
-    for variant in getattr(args, "variant", []):
-        names.append(f"paged_{variant}")
-        names += [f"paged_{variant}_p{size}" for size in getattr(args, "partition_size", [])]
-    return list(dict.fromkeys(names)) + list(PEERS)
+    """Every column a sweep with these arguments times, before `--skip` (its valid names),
+    in table order: the first four paged columns, the gather reference, the other paged
+    columns, the peers."""
+    paged = list(paged_runs(args))
+    return paged[:4] + ["gather_sdpa"] + paged[4:] + list(PEERS)
 
 
 def unknown_skips(args) -> list[str]:
@@ -206,23 +221,15 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
     def paged(**options):
         return lambda queries: paged_attention_decode(queries, k_pages, v_pages, tables, lens,
                                                       scale=scale, **options)
+
+    def gather_sdpa(queries):
+        return paged_attention_reference(queries, k_pages, v_pages, tables, lens, positions,
+                                         scale=scale)
     # Every method maps queries to an output of the queries' shape, so `--chained` can feed
-    # each call's output to the next. Their names follow `method_names`, which checks --skip.
-    runs = {
-        "paged": paged(),
-        "paged_1pass": paged(single_pass=True),
-        "paged_2pass": paged(single_pass=False),
-        "paged_2pass_p128": paged(single_pass=False, partition_size=128),
-        "gather_sdpa": lambda queries: paged_attention_reference(
-            queries, k_pages, v_pages, tables, lens, positions, scale=scale),
-    }
-    for size in getattr(args, "partition_size", []):  # split-K with other partition lengths
-        runs[f"paged_2pass_p{size}"] = paged(single_pass=False, partition_size=size)
-    for variant in args.variant:  # tuning sweep: the routed kernel in other variants
-        runs[f"paged_{variant}"] = paged(variant=variant)
-        for size in getattr(args, "partition_size", []):  # ... and split-K at other lengths
-            runs[f"paged_{variant}_p{size}"] = paged(single_pass=False, partition_size=size,
-                                                     variant=variant)
+    # each call's output to the next. The peers are timed below.
+    kernels = {name: paged(**options) for name, options in paged_runs(args).items()}
+    runs = {name: gather_sdpa if name == "gather_sdpa" else kernels[name]
+            for name in method_names(args) if name not in PEERS}
     skip = set(getattr(args, "skip", []))
     for name in skip & set(runs):
         del runs[name]
