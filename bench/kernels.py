@@ -137,9 +137,11 @@ def _to_torch(a: mx.array):
 
 def make_problem(batch: int, context: int, *, num_heads: int, num_kv_heads: int, head_dim: int,
                  block_size: int, dtype, pool_bytes: int, seed: int = 0,
-                 sequential_blocks: bool = False):
+                 sequential_blocks: bool = False, head_major_pages: bool = False):
     """Pool, shuffled (or, for comparison, consecutive) block tables and queries for `batch`
-    rows of `context` tokens each."""
+    rows of `context` tokens each. `head_major_pages` stores each page as `[Hkv, block, D]`
+    (one KV head's page contiguous) and hands out the `[block, Hkv, D]` view of it, so the
+    kernels read the same logical pages through other strides."""
     per_row = math.ceil(context / block_size)
     block_bytes = 2 * block_size * num_kv_heads * head_dim * dtype.size
     num_blocks = max(batch * per_row + 1, pool_bytes // block_bytes)
@@ -150,8 +152,12 @@ def make_problem(batch: int, context: int, *, num_heads: int, num_kv_heads: int,
     tables = mx.array(ids.reshape(batch, per_row).astype(np.int32))
     mx.random.seed(seed)
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
+    if head_major_pages:
+        shape = (num_blocks, num_kv_heads, block_size, head_dim)
     k_pages = mx.random.normal(shape).astype(dtype)
     v_pages = mx.random.normal(shape).astype(dtype)
+    if head_major_pages:
+        k_pages, v_pages = k_pages.swapaxes(1, 2), v_pages.swapaxes(1, 2)
     queries = mx.random.normal((batch, num_heads, 1, head_dim)).astype(dtype)
     lens = mx.full((batch,), context, dtype=mx.int32)
     mx.eval(k_pages, v_pages, queries, tables, lens)
@@ -213,7 +219,8 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
     q, k_pages, v_pages, tables, lens = make_problem(
         batch, context, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
         head_dim=args.head_dim, block_size=args.block_size, dtype=dtype,
-        pool_bytes=int(args.pool_gb * 2**30), sequential_blocks=args.sequential_blocks)
+        pool_bytes=int(args.pool_gb * 2**30), sequential_blocks=args.sequential_blocks,
+        head_major_pages=getattr(args, "head_major_pages", False))
     scale = args.head_dim ** -0.5
     kv_bytes = 2 * batch * context * args.num_kv_heads * args.head_dim * dtype.size
     positions = (lens - 1)[:, None]

@@ -75,6 +75,10 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
                         "--partition-size add (paged_<suffix>, paged_2pass_p<N>, ...)")
     p.add_argument("--sequential-blocks", action="store_true",
                    help="give each sequence consecutive blocks instead of shuffled ones")
+    p.add_argument("--head-major-pages", action="store_true",
+                   help="store each page KV-head-major ([Hkv, block, D], one head's page "
+                        "contiguous) and pass the kernels its [block, Hkv, D] view: a layout "
+                        "experiment")
     p.add_argument("--chained", action="store_true",
                    help="feed each timed call's output to the next as its queries, so MLX "
                         "runs the calls one after another (by default independent calls may "

@@ -168,6 +168,22 @@ def test_query_view_with_strides():
     assert max_error(out, reference(view, *inputs[1:], 0.125)) <= TOLERANCE[F32]
 
 
+@pytest.mark.parametrize("variant", [None, "mma_s3_fused", "mma_u2_fused", "fused"])
+def test_head_major_page_views(variant):
+    """Pages stored `[Hkv, block, D]` and passed as their `[block, Hkv, D]` view are read
+    through their strides (the benchmark's `--head-major-pages` layout experiment)."""
+    q, k_pages, v_pages, tables, lens = make_case(11, [1, 53, 1301, 4097], num_kv_heads=8,
+                                                  gqa=4, head_dim=128, block_size=16,
+                                                  dtype=BF16)
+    k_view = mx.contiguous(k_pages.swapaxes(1, 2)).swapaxes(1, 2)
+    v_view = mx.contiguous(v_pages.swapaxes(1, 2)).swapaxes(1, 2)
+    ref = reference(q, k_pages, v_pages, tables, lens, 0.088)
+    for single_pass in (True, False):
+        out = paged_attention_decode(q, k_view, v_view, tables, lens, scale=0.088,
+                                     single_pass=single_pass, variant=variant)
+        assert max_error(out, ref) <= TOLERANCE[BF16]
+
+
 def test_unservable_inputs_name_the_spec():
     inputs = make_case(1, [20], num_kv_heads=2, gqa=2, head_dim=64, block_size=16, dtype=F32)
     with pytest.raises(UnsupportedSpecError, match="sinks"):
