@@ -24,8 +24,10 @@ LONG_PARTITION_SIZES = (1024, 2048, 4096)
 # `__launch_bounds__`: ptxas caps the registers to fit, spilling if it must), `_fused` split-K
 # in one launch (CUDA: the last partition of each sequence and KV head to finish merges them),
 # `_pg` (with `_fused`) partitions whose count the launcher picks to fill the GPU and whose
-# length the kernel derives from the grid; pN is then their shortest length.
-TUNING = (("tensor_cores", "mma"), ("unroll", "u"), ("stages", "s"), ("swap_operands", "kq"),
+# length the kernel derives from the grid; pN is then their shortest length. `_pf4` (with
+# `_mma_sN`) asks L2 for each sub-page 4 sub-pages before the ring copies it (CUDA).
+TUNING = (("tensor_cores", "mma"), ("unroll", "u"), ("stages", "s"), ("l2_prefetch", "pf"),
+          ("swap_operands", "kq"),
           ("lanes_per_row", "t"),
           ("chunk", "c"), ("simdgroups", "w"), ("occupancy", "o"), ("fused_reduce", "fused"),
           ("grid_partitions", "pg"))
@@ -33,6 +35,7 @@ POWERS_OF_TWO = (0, 1, 2, 4, 8, 16, 32)
 STAGES = (0, 1, 2, 3, 4, 5, 6, 7, 8)  # past 4: the tensor-core ring only
 OCCUPANCIES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 UNROLLS = (0, 1, 2, 3, 4)
+PREFETCH_DISTANCES = (0, 1, 2, 3, 4, 6, 8, 12, 16)  # sub-pages
 _FLAGS = ("tensor_cores", "swap_operands", "fused_reduce", "grid_partitions")
 OPS = ("paged_decode", "paged_decode_reduce")
 
@@ -61,6 +64,7 @@ class KernelSpec:
     tensor_cores: bool = False
     unroll: int = 0
     stages: int = 0
+    l2_prefetch: int = 0
     swap_operands: bool = False
     lanes_per_row: int = 0
     chunk: int = 0
@@ -75,7 +79,8 @@ class KernelSpec:
                   ("partition_size", PARTITION_SIZES + LONG_PARTITION_SIZES),
                   ("stages", STAGES), ("lanes_per_row", POWERS_OF_TWO),
                   ("chunk", POWERS_OF_TWO), ("simdgroups", POWERS_OF_TWO[:-1]),
-                  ("occupancy", OCCUPANCIES), ("unroll", UNROLLS))
+                  ("occupancy", OCCUPANCIES), ("unroll", UNROLLS),
+                  ("l2_prefetch", PREFETCH_DISTANCES))
         for field_name, allowed in checks:
             value = getattr(self, field_name)
             if value not in allowed:
@@ -140,7 +145,7 @@ class KernelSpec:
             else:
                 raise UnsupportedSpecError(
                     f"{token!r} in {suffix!r} is not a tuning variant "
-                    f"(mma, uN, sN, kq, tN, cN, wN, oN, fused, pg)")
+                    f"(mma, uN, sN, pfN, kq, tN, cN, wN, oN, fused, pg)")
         return values
 
     @property

@@ -67,6 +67,19 @@ def test_long_context_32k(dtype):
         assert max_error(out, ref) <= TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("variant", ["mma_s3_pf4", "mma_s3_pf16", "mma_s3_pf8_fused"])
+def test_l2_prefetch_across_block_id_windows(variant):
+    """A simdgroup's prefetches run past the 32 block ids its lanes hold (single pass: 512
+    pages a simdgroup at 32k), and stop at its last page."""
+    lens = [32768, 4097, 1043, 17]
+    inputs = make_case(5, lens, num_kv_heads=2, gqa=4, head_dim=128, block_size=16, dtype=BF16)
+    ref = reference(*inputs, 0.088)
+    for single_pass in (True, False):
+        out = paged_attention_decode(*inputs, scale=0.088, single_pass=single_pass,
+                                     variant=variant)
+        assert max_error(out, ref) <= TOLERANCE[BF16]
+
+
 @pytest.mark.parametrize("variant", ["w1", "w2", "w8", "s1_w16", "s1", "s2", "s4", "s2_w8",
                                      "t32", "t8", "c1", "c2", "t32_c4_w8", "s1_t32_w2",
                                      "s4_c4", "s2_t32_c2", "mma", "mma_w2", "mma_w8", "c4",
@@ -75,7 +88,8 @@ def test_long_context_32k(dtype):
                                      "mma_s3_fused", "mma_s2_w8", "mma_s4_w2", "mma_u2_s4_fused",
                                      "mma_u2_s4_w2", "mma_s3_kq_fused", "mma_s2_kq_w8",
                                      "mma_s6_w1_fused", "mma_s8_w1", "mma_s5_w2_fused",
-                                     "mma_s4_w2_fused"])
+                                     "mma_s4_w2_fused", "mma_s3_pf2_fused", "mma_s3_pf4_fused",
+                                     "mma_s3_pf8_fused", "mma_s3_pf16", "mma_s3_pf4_kq_fused"])
 def test_tuning_variants(variant):
     """The variants `mlx-paged bench kernels --variant` times compute the same attention."""
     lens = [1, 77, 512, 1301]
@@ -104,7 +118,10 @@ FAMILIES = ([("s2", c) for c in SPECS[::2]] + [("s4", c) for c in SPECS[1::4]]
             + [("mma_s3_kq_fused", SPECS[3])]
             + [("mma_s6_w1", c) for c in SPECS
                if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
-            + [("mma_s6_w1_fused", SPECS[3])])
+            + [("mma_s6_w1_fused", SPECS[3])]
+            + [("mma_s3_pf4", c) for c in SPECS
+               if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
+            + [("mma_s3_pf4_fused", SPECS[3])])
 
 
 @pytest.mark.parametrize("variant,case", FAMILIES,

@@ -354,3 +354,24 @@ def test_tensor_core_ring_swaps_the_operands_with_kq():
             define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
     with pytest.raises(UnsupportedSpecError, match="head_dim up to 128"):
         define(KernelSpec.parse("paged_decode_cuda_bf16_hd256_bs16_g4_p0_mma_s3_kq"))
+
+
+def test_tensor_core_ring_prefetches_into_l2_with_pf():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_pf4_fused")
+    assert spec.l2_prefetch == 4 and spec.tuning_suffix == "mma_s3_pf4_fused"
+    defn = define(spec)
+    assert "cp.async.bulk.prefetch.L2.global" in defn.header
+    # The first PF sub-pages after the ring's first copies, then one PF past each new copy.
+    assert "constexpr int PF = 4;" in defn.source
+    assert "for (int j = STAGES - 1; j < STAGES - 1 + PF; ++j) {" in defn.source
+    assert "const int pf_sub = st + STAGES - 1 + PF;" in defn.source
+    plain = define(dataclasses.replace(spec, l2_prefetch=0))
+    assert "prefetch" not in plain.header and "pf_sub" not in plain.source
+    kq = define(KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3_pf8_kq"))
+    assert "const int pf_sub = st + STAGES - 1 + PF;" in kq.source
+    for bad, why in (("mma_pf4", "needs sN"), ("mma_u2_s4_pf4", "no uN"),
+                     ("s2_pf4", "tensor-core ring only")):
+        with pytest.raises(UnsupportedSpecError, match=re.escape(why)):
+            define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
+    with pytest.raises(UnsupportedSpecError, match="l2_prefetch=5 is not generated"):
+        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3_pf5")
