@@ -25,9 +25,10 @@ LONG_PARTITION_SIZES = (1024, 2048, 4096)
 # in one launch (CUDA: the last partition of each sequence and KV head to finish merges them),
 # `_pg` (with `_fused`) partitions whose count the launcher picks to fill the GPU and whose
 # length the kernel derives from the grid; pN is then their shortest length. `_pf4` (with
-# `_mma_sN`) asks L2 for each sub-page 4 sub-pages before the ring copies it (CUDA).
+# `_mma_sN`) asks L2 for each sub-page 4 sub-pages before the ring copies it (CUDA). `_lr`
+# (with `_mma_sN`) rescales the output accumulators only in steps where a head's max grew.
 TUNING = (("tensor_cores", "mma"), ("unroll", "u"), ("stages", "s"), ("l2_prefetch", "pf"),
-          ("swap_operands", "kq"),
+          ("lazy_rescale", "lr"), ("swap_operands", "kq"),
           ("lanes_per_row", "t"),
           ("chunk", "c"), ("simdgroups", "w"), ("occupancy", "o"), ("fused_reduce", "fused"),
           ("grid_partitions", "pg"))
@@ -36,7 +37,7 @@ STAGES = (0, 1, 2, 3, 4, 5, 6, 7, 8)  # past 4: the tensor-core ring only
 OCCUPANCIES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 UNROLLS = (0, 1, 2, 3, 4)
 PREFETCH_DISTANCES = (0, 1, 2, 3, 4, 6, 8, 12, 16)  # sub-pages
-_FLAGS = ("tensor_cores", "swap_operands", "fused_reduce", "grid_partitions")
+_FLAGS = ("tensor_cores", "lazy_rescale", "swap_operands", "fused_reduce", "grid_partitions")
 OPS = ("paged_decode", "paged_decode_reduce")
 
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -65,6 +66,7 @@ class KernelSpec:
     unroll: int = 0
     stages: int = 0
     l2_prefetch: int = 0
+    lazy_rescale: bool = False
     swap_operands: bool = False
     lanes_per_row: int = 0
     chunk: int = 0
@@ -145,7 +147,7 @@ class KernelSpec:
             else:
                 raise UnsupportedSpecError(
                     f"{token!r} in {suffix!r} is not a tuning variant "
-                    f"(mma, uN, sN, pfN, kq, tN, cN, wN, oN, fused, pg)")
+                    f"(mma, uN, sN, pfN, lr, kq, tN, cN, wN, oN, fused, pg)")
         return values
 
     @property

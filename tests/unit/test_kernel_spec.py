@@ -375,3 +375,19 @@ def test_tensor_core_ring_prefetches_into_l2_with_pf():
             define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
     with pytest.raises(UnsupportedSpecError, match="l2_prefetch=5 is not generated"):
         KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3_pf5")
+
+
+def test_tensor_core_ring_rescales_lazily_with_lr():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_lr_fused")
+    assert spec.lazy_rescale and spec.tuning_suffix == "mma_s3_lr_fused"
+    source = define(spec).source
+    # One rescale of all accumulators, skipped by the whole simdgroup when no max grew, and
+    # none inside the P.V loop.
+    assert "if (__any_sync(0xffffffffu, corr != 1.0f)) {" in source
+    assert source.count("*= corr;") == 3  # mm_l, and the two halves of each output tile
+    eager = define(dataclasses.replace(spec, lazy_rescale=False)).source
+    assert "__any_sync" not in eager and "o[0] *= corr;" in eager
+    for bad, why in (("mma_lr", "needs sN"), ("mma_u2_s4_lr", "no uN"),
+                     ("mma_s3_lr_kq", "no kq"), ("s2_lr", "tensor-core ring only")):
+        with pytest.raises(UnsupportedSpecError, match=re.escape(why)):
+            define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
