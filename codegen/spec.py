@@ -26,9 +26,10 @@ LONG_PARTITION_SIZES = (1024, 2048, 4096)
 # `_pg` (with `_fused`) partitions whose count the launcher picks to fill the GPU and whose
 # length the kernel derives from the grid; pN is then their shortest length. `_pf4` (with
 # `_mma_sN`) asks L2 for each sub-page 4 sub-pages before the ring copies it (CUDA). `_lr`
-# (with `_mma_sN`) rescales the output accumulators only in steps where a head's max grew.
+# (with `_mma_sN`) rescales the output accumulators only in steps where a head's max grew;
+# `_rt8` only where one grew by more than 8 (log2 units), keeping the older max otherwise.
 TUNING = (("tensor_cores", "mma"), ("unroll", "u"), ("stages", "s"), ("l2_prefetch", "pf"),
-          ("lazy_rescale", "lr"), ("swap_operands", "kq"),
+          ("lazy_rescale", "lr"), ("rescale_threshold", "rt"), ("swap_operands", "kq"),
           ("lanes_per_row", "t"),
           ("chunk", "c"), ("simdgroups", "w"), ("occupancy", "o"), ("fused_reduce", "fused"),
           ("grid_partitions", "pg"))
@@ -37,6 +38,7 @@ STAGES = (0, 1, 2, 3, 4, 5, 6, 7, 8)  # past 4: the tensor-core ring only
 OCCUPANCIES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 UNROLLS = (0, 1, 2, 3, 4)
 PREFETCH_DISTANCES = (0, 1, 2, 3, 4, 6, 8, 12, 16)  # sub-pages
+RESCALE_THRESHOLDS = (0, 2, 4, 8)  # log2 units: P values stay below 2^N
 _FLAGS = ("tensor_cores", "lazy_rescale", "swap_operands", "fused_reduce", "grid_partitions")
 OPS = ("paged_decode", "paged_decode_reduce")
 
@@ -67,6 +69,7 @@ class KernelSpec:
     stages: int = 0
     l2_prefetch: int = 0
     lazy_rescale: bool = False
+    rescale_threshold: int = 0
     swap_operands: bool = False
     lanes_per_row: int = 0
     chunk: int = 0
@@ -82,7 +85,8 @@ class KernelSpec:
                   ("stages", STAGES), ("lanes_per_row", POWERS_OF_TWO),
                   ("chunk", POWERS_OF_TWO), ("simdgroups", POWERS_OF_TWO[:-1]),
                   ("occupancy", OCCUPANCIES), ("unroll", UNROLLS),
-                  ("l2_prefetch", PREFETCH_DISTANCES))
+                  ("l2_prefetch", PREFETCH_DISTANCES),
+                  ("rescale_threshold", RESCALE_THRESHOLDS))
         for field_name, allowed in checks:
             value = getattr(self, field_name)
             if value not in allowed:
@@ -147,7 +151,7 @@ class KernelSpec:
             else:
                 raise UnsupportedSpecError(
                     f"{token!r} in {suffix!r} is not a tuning variant "
-                    f"(mma, uN, sN, pfN, lr, kq, tN, cN, wN, oN, fused, pg)")
+                    f"(mma, uN, sN, pfN, lr, rtN, kq, tN, cN, wN, oN, fused, pg)")
         return values
 
     @property

@@ -68,11 +68,12 @@ def test_long_context_32k(dtype):
 
 
 @pytest.mark.parametrize("variant", ["mma_s3_pf4", "mma_s3_pf16", "mma_s3_pf8_fused",
-                                     "mma_s3_lr", "mma_s3_lr_fused"])
+                                     "mma_s3_lr", "mma_s3_lr_fused", "mma_s3_rt8",
+                                     "mma_s3_rt8_fused"])
 def test_long_ring_variants_match_reference(variant):
     """pfN: a simdgroup's prefetches run past the 32 block ids its lanes hold (single pass: 512
-    pages a simdgroup at 32k), and stop at its last page. lr: over thousands of steps the max
-    grows at scattered steps, each of which must still rescale."""
+    pages a simdgroup at 32k), and stop at its last page. lr, rtN: over thousands of steps the
+    max grows at scattered steps, each of which must still rescale (rtN: once past N)."""
     lens = [32768, 4097, 1043, 17]
     inputs = make_case(5, lens, num_kv_heads=2, gqa=4, head_dim=128, block_size=16, dtype=BF16)
     ref = reference(*inputs, 0.088)
@@ -92,7 +93,8 @@ def test_long_ring_variants_match_reference(variant):
                                      "mma_s6_w1_fused", "mma_s8_w1", "mma_s5_w2_fused",
                                      "mma_s4_w2_fused", "mma_s3_pf2_fused", "mma_s3_pf4_fused",
                                      "mma_s3_pf8_fused", "mma_s3_pf16", "mma_s3_pf4_kq_fused",
-                                     "mma_s3_lr", "mma_s3_lr_fused", "mma_s2_lr_w8"])
+                                     "mma_s3_lr", "mma_s3_lr_fused", "mma_s2_lr_w8",
+                                     "mma_s3_rt8", "mma_s3_rt8_fused", "mma_s3_rt2_fused"])
 def test_tuning_variants(variant):
     """The variants `mlx-paged bench kernels --variant` times compute the same attention."""
     lens = [1, 77, 512, 1301]
@@ -127,7 +129,10 @@ FAMILIES = ([("s2", c) for c in SPECS[::2]] + [("s4", c) for c in SPECS[1::4]]
             + [("mma_s3_pf4_fused", SPECS[3])]
             + [("mma_s3_lr", c) for c in SPECS
                if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
-            + [("mma_s3_lr_fused", SPECS[3])])
+            + [("mma_s3_lr_fused", SPECS[3])]
+            + [("mma_s3_rt8", c) for c in SPECS
+               if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
+            + [("mma_s3_rt8_fused", SPECS[3])])
 
 
 @pytest.mark.parametrize("variant,case", FAMILIES,

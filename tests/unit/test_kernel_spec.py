@@ -387,7 +387,21 @@ def test_tensor_core_ring_rescales_lazily_with_lr():
     assert source.count("*= corr;") == 3  # mm_l, and the two halves of each output tile
     eager = define(dataclasses.replace(spec, lazy_rescale=False)).source
     assert "__any_sync" not in eager and "o[0] *= corr;" in eager
-    for bad, why in (("mma_lr", "needs sN"), ("mma_u2_s4_lr", "no uN"),
+    for bad, why in (("mma_lr", "need sN"), ("mma_u2_s4_lr", "no uN"),
                      ("mma_s3_lr_kq", "no kq"), ("s2_lr", "tensor-core ring only")):
         with pytest.raises(UnsupportedSpecError, match=re.escape(why)):
             define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
+
+
+def test_tensor_core_ring_keeps_the_older_max_with_rt():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_rt8_fused")
+    assert spec.rescale_threshold == 8 and spec.tuning_suffix == "mma_s3_rt8_fused"
+    source = define(spec).source
+    assert "if (!__any_sync(0xffffffffu, m_new > mm_m + 8.0f)) m_new = mm_m;" in source
+    assert "if (__any_sync(0xffffffffu, corr != 1.0f)) {" in source  # the lazy rescale too
+    assert "mm_m + 8.0f" not in define(dataclasses.replace(spec, rescale_threshold=0)).source
+    for bad in ("mma_rt8", "mma_u2_s4_rt8", "mma_s3_rt8_kq", "s2_rt8"):
+        with pytest.raises(UnsupportedSpecError, match="rt"):
+            define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
+    with pytest.raises(UnsupportedSpecError, match="rescale_threshold=3 is not generated"):
+        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3_rt3")
