@@ -67,10 +67,10 @@ def geometry(spec: KernelSpec) -> Geometry:
     # measured no faster (docs/kernels.md), so it stays a tuning variant (`_s2`..`_s4`).
     stages = spec.stages or 1
     stage_rows = 0
-    if spec.l2_prefetch or spec.lazy_rescale or spec.rescale_threshold:
+    if spec.l2_prefetch or spec.lazy_rescale or spec.rescale_threshold or spec.early_loads:
         raise UnsupportedSpecError(f"{spec.name}: pfN (L2 prefetch), lr and rtN (lazy "
-                                   f"rescales) are generated for the tensor-core ring only "
-                                   f"(mma_sN)")
+                                   f"rescales) and ea (early loads) are generated for the "
+                                   f"tensor-core ring only (mma_sN)")
     if stages > 4:
         raise UnsupportedSpecError(f"{spec.name}: rings of more than 4 slots are generated for "
                                    f"the tensor-core path only (mma_sN)")
@@ -116,6 +116,9 @@ def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
     if spec.l2_prefetch and (stages < 2 or spec.unroll > 1):
         raise UnsupportedSpecError(f"{spec.name}: pfN prefetches ahead of the one-sub-page "
                                    f"ring: it needs sN and no uN")
+    if spec.early_loads and (stages < 2 or spec.unroll > 1):
+        raise UnsupportedSpecError(f"{spec.name}: ea starts the one-sub-page ring early: it "
+                                   f"needs sN and no uN")
     if ((spec.lazy_rescale or spec.rescale_threshold)
             and (stages < 2 or spec.unroll > 1 or spec.swap_operands)):
         raise UnsupportedSpecError(f"{spec.name}: lr and rtN are written for the one-sub-page "

@@ -69,7 +69,7 @@ def test_long_context_32k(dtype):
 
 @pytest.mark.parametrize("variant", ["mma_s3_pf4", "mma_s3_pf16", "mma_s3_pf8_fused",
                                      "mma_s3_lr", "mma_s3_lr_fused", "mma_s3_rt8",
-                                     "mma_s3_rt8_fused"])
+                                     "mma_s3_rt8_fused", "mma_s3_ea_fused"])
 def test_long_ring_variants_match_reference(variant):
     """pfN: a simdgroup's prefetches run past the 32 block ids its lanes hold (single pass: 512
     pages a simdgroup at 32k), and stop at its last page. lr, rtN: over thousands of steps the
@@ -94,7 +94,9 @@ def test_long_ring_variants_match_reference(variant):
                                      "mma_s4_w2_fused", "mma_s3_pf2_fused", "mma_s3_pf4_fused",
                                      "mma_s3_pf8_fused", "mma_s3_pf16", "mma_s3_pf4_kq_fused",
                                      "mma_s3_lr", "mma_s3_lr_fused", "mma_s2_lr_w8",
-                                     "mma_s3_rt8", "mma_s3_rt8_fused", "mma_s3_rt2_fused"])
+                                     "mma_s3_rt8", "mma_s3_rt8_fused", "mma_s3_rt2_fused",
+                                     "mma_s3_ea", "mma_s3_ea_fused", "mma_s3_ea_kq_fused",
+                                     "mma_s2_ea_w8"])
 def test_tuning_variants(variant):
     """The variants `mlx-paged bench kernels --variant` times compute the same attention."""
     lens = [1, 77, 512, 1301]
@@ -132,7 +134,10 @@ FAMILIES = ([("s2", c) for c in SPECS[::2]] + [("s4", c) for c in SPECS[1::4]]
             + [("mma_s3_lr_fused", SPECS[3])]
             + [("mma_s3_rt8", c) for c in SPECS
                if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
-            + [("mma_s3_rt8_fused", SPECS[3])])
+            + [("mma_s3_rt8_fused", SPECS[3])]
+            + [("mma_s3_ea", c) for c in SPECS
+               if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
+            + [("mma_s3_ea_fused", SPECS[3])])
 
 
 @pytest.mark.parametrize("variant,case", FAMILIES,
@@ -184,6 +189,25 @@ def test_grid_partitions_match_reference(variant, batch):
         out = paged_attention_decode(*inputs, scale=0.088, window=window, single_pass=False,
                                      partition_size=partition_size, variant=variant)
         assert max_error(out, reference(*inputs, 0.088, window)) <= TOLERANCE[BF16]
+
+
+@pytest.mark.parametrize("variant", ["mma_s3_ea", "mma_s3_ea_fused", "mma_s3_ea_kq_fused"])
+def test_early_loads_ignore_table_entries_past_the_sequence(variant):
+    """ea reads block ids and copies first pages before it knows the length: whatever the
+    table holds past a sequence's pages (-1, ids past the pool) must not reach the output."""
+    lens = [1, 17, 1024, 1043, 3000]
+    q, k_pages, v_pages, tables, lens_a = make_case(13, lens, num_kv_heads=2, gqa=4,
+                                                    head_dim=128, block_size=16, dtype=BF16)
+    ref = reference(q, k_pages, v_pages, tables, lens_a, 0.088)
+    junk = np.array(tables)
+    for row, n in enumerate(lens):
+        used = -(-n // 16)
+        junk[row, used:] = np.where(np.arange(junk.shape[1] - used) % 2, -1, 1 << 30)
+    junk = mx.array(junk)
+    for single_pass in (True, False):
+        out = paged_attention_decode(q, k_pages, v_pages, junk, lens_a, scale=0.088,
+                                     single_pass=single_pass, variant=variant)
+        assert max_error(out, ref) <= TOLERANCE[BF16]
 
 
 def test_query_view_with_strides():

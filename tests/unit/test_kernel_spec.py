@@ -405,3 +405,27 @@ def test_tensor_core_ring_keeps_the_older_max_with_rt():
             define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
     with pytest.raises(UnsupportedSpecError, match="rescale_threshold=3 is not generated"):
         KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3_rt3")
+
+
+def test_tensor_core_ring_starts_before_the_length_with_ea():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_ea_fused")
+    assert spec.early_loads and spec.tuning_suffix == "mma_s3_ea_fused"
+    source = define(spec).source
+    check = source.index("if (pa_begin >= pa_end) {")
+    # Block ids (guarded by the table's width), query fragments and the ring's first copies
+    # (block ids kept inside the pool) come before the length check; the copies land before
+    # an empty partition leaves.
+    for early in ("pa_lane * NSG < (int(block_tables_shape[1]) - pa_first_page - pa_sg)",
+                  "mm_q[s][h] = mlx_paged_pack2(lo, hi);",
+                  "min(max(__shfl_sync(0xffffffffu, rg_ids, is_page), 0), int(k_pages_shape[0]) - 1)"):
+        assert source.index(early) < check
+    assert source.index("mlx_paged_cp_wait<0>();", check) < source.index("return;", check)
+    assert source.index("for (int st = 0; st < mm_steps; ++st) {") > check
+    late = define(dataclasses.replace(spec, early_loads=False)).source
+    assert late.index("mm_q[s][h] = mlx_paged_pack2(lo, hi);") > late.index(
+        "if (pa_begin >= pa_end) {")
+    assert "block_tables_shape[1]" not in late and "k_pages_shape[0]" not in late
+    for bad, why in (("mma_ea", "needs sN"), ("mma_u2_s4_ea", "no uN"),
+                     ("s2_ea", "tensor-core ring only")):
+        with pytest.raises(UnsupportedSpecError, match=re.escape(why)):
+            define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
