@@ -29,10 +29,11 @@ LONG_PARTITION_SIZES = (1024, 2048, 4096)
 # (with `_mma_sN`) rescales the output accumulators only in steps where a head's max grew;
 # `_rt8` only where one grew by more than 8 (log2 units), keeping the older max otherwise.
 # `_ea` (with `_mma_sN`) issues the block-id and query loads and the ring's first copies
-# before the sequence length arrives.
+# before the sequence length arrives. `_tr` (with `_mma_sN_fused`, a diagnostic) writes each
+# threadgroup's SM and phase timestamps to an extra output (`bench/phase_trace.py`).
 TUNING = (("tensor_cores", "mma"), ("unroll", "u"), ("stages", "s"), ("l2_prefetch", "pf"),
           ("lazy_rescale", "lr"), ("rescale_threshold", "rt"), ("early_loads", "ea"),
-          ("swap_operands", "kq"),
+          ("phase_trace", "tr"), ("swap_operands", "kq"),
           ("lanes_per_row", "t"),
           ("chunk", "c"), ("simdgroups", "w"), ("occupancy", "o"), ("fused_reduce", "fused"),
           ("grid_partitions", "pg"))
@@ -42,7 +43,7 @@ OCCUPANCIES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 UNROLLS = (0, 1, 2, 3, 4)
 PREFETCH_DISTANCES = (0, 1, 2, 3, 4, 6, 8, 12, 16)  # sub-pages
 RESCALE_THRESHOLDS = (0, 2, 4, 8)  # log2 units: P values stay below 2^N
-_FLAGS = ("tensor_cores", "lazy_rescale", "early_loads", "swap_operands", "fused_reduce", "grid_partitions")
+_FLAGS = ("tensor_cores", "lazy_rescale", "early_loads", "phase_trace", "swap_operands", "fused_reduce", "grid_partitions")
 OPS = ("paged_decode", "paged_decode_reduce")
 
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -74,6 +75,7 @@ class KernelSpec:
     lazy_rescale: bool = False
     rescale_threshold: int = 0
     early_loads: bool = False
+    phase_trace: bool = False
     swap_operands: bool = False
     lanes_per_row: int = 0
     chunk: int = 0
@@ -155,7 +157,7 @@ class KernelSpec:
             else:
                 raise UnsupportedSpecError(
                     f"{token!r} in {suffix!r} is not a tuning variant "
-                    f"(mma, uN, sN, pfN, lr, rtN, ea, kq, tN, cN, wN, oN, fused, pg)")
+                    f"(mma, uN, sN, pfN, lr, rtN, ea, tr, kq, tN, cN, wN, oN, fused, pg)")
         return values
 
     @property

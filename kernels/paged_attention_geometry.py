@@ -67,7 +67,8 @@ def geometry(spec: KernelSpec) -> Geometry:
     # measured no faster (docs/kernels.md), so it stays a tuning variant (`_s2`..`_s4`).
     stages = spec.stages or 1
     stage_rows = 0
-    if spec.l2_prefetch or spec.lazy_rescale or spec.rescale_threshold or spec.early_loads:
+    if (spec.l2_prefetch or spec.lazy_rescale or spec.rescale_threshold or spec.early_loads
+            or spec.phase_trace):
         raise UnsupportedSpecError(f"{spec.name}: pfN (L2 prefetch), lr and rtN (lazy "
                                    f"rescales) and ea (early loads) are generated for the "
                                    f"tensor-core ring only (mma_sN)")
@@ -116,6 +117,9 @@ def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
     if spec.l2_prefetch and (stages < 2 or spec.unroll > 1):
         raise UnsupportedSpecError(f"{spec.name}: pfN prefetches ahead of the one-sub-page "
                                    f"ring: it needs sN and no uN")
+    if spec.phase_trace and (stages < 2 or spec.unroll > 1 or not spec.fused_reduce):
+        raise UnsupportedSpecError(f"{spec.name}: tr traces the one-sub-page ring's phases "
+                                   f"and the fused tail: it needs sN, fused and no uN")
     if spec.early_loads and (stages < 2 or spec.unroll > 1):
         raise UnsupportedSpecError(f"{spec.name}: ea starts the one-sub-page ring early: it "
                                    f"needs sN and no uN")
@@ -150,7 +154,8 @@ def define(spec: KernelSpec) -> KernelDefinition:
                                        f"device-scope fences between threadgroups)")
         outputs = ("partial_out", "partial_max", "partial_sum") if spec.partitioned else ("out",)
         if spec.fused_reduce:
-            outputs = ("out",) + outputs + ("counters_next",)
+            trace = ("phase_trace",) if spec.phase_trace else ()
+            outputs = ("out",) + outputs + trace + ("counters_next",)
         counters = ("counters",) if spec.fused_reduce else ()
         return KernelDefinition(
             spec=spec, source=render("paged_attention.jinja", spec, geo=geo), header=header,

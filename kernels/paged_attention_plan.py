@@ -58,6 +58,9 @@ def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, nu
     single, part1, part2 = decode_specs(backend, dtype, head_dim, block_size,
                                         num_heads // num_kv_heads, sliding_window,
                                         partition_size, variant)
+    if part1.phase_trace:
+        raise UnsupportedSpecError(f"{part1.name}: tr is a diagnostic with an extra output; "
+                                   f"run it with python3 -m mlx_paged.bench.phase_trace")
     if num_queries != 1:
         raise UnsupportedSpecError(f"{single.name}: decode kernels take one query per row, "
                                    f"not {num_queries}")

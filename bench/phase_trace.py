@@ -1,0 +1,122 @@
+"""When each threadgroup of the fused decode kernel starts, sees its first K/V, finishes its
+loop and its tail, and on which SM: the `tr` variant's trace (CUDA), summarised.
+
+    python3 -m mlx_paged.bench.phase_trace BATCH CONTEXT [VARIANT] [PARTITION]
+
+VARIANT is a `tr` spec suffix (default `mma_s3_tr_fused`), PARTITION the split-K length
+(default 1024). The shape is the kernel benchmark's (32/8 heads, head_dim 128, bf16, blocks of
+16, shuffled pages). It checks the output against MLX's SDPA, then prints each phase's median
+length, how busy the SMs were streaming K/V, and a coarse timeline of how many threadgroups
+were in each phase.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import mlx.core as mx
+import numpy as np
+
+from mlx_paged.codegen.build import build, define
+from mlx_paged.codegen.spec import KernelSpec
+from mlx_paged.kernels.counter_chain import CounterChain
+
+# Columns of a trace row (see paged_attention.jinja).
+SM, START, LANDED, LOOPED, COUNTED, END, STEPS, MERGED = range(8)
+
+
+def traced_call(queries, k_pages, v_pages, tables, lens, scale: float,
+                variant: str = "mma_s3_tr_fused", partition: int = 1024):
+    """One call of the `tr` variant: (output, trace rows as an int64 numpy array)."""
+    num_seqs, num_heads, _, head_dim = queries.shape
+    _, block_size, num_kv_heads, _ = k_pages.shape
+    spec = KernelSpec("paged_decode", "cuda", str(queries.dtype).split(".")[-1], head_dim,
+                      block_size, num_heads // num_kv_heads, partition,
+                      **KernelSpec.parse_tuning(variant))
+    if not spec.phase_trace or not spec.fused_reduce:
+        raise ValueError(f"{spec.name}: the trace needs a `tr` and `fused` variant")
+    threads = define(spec).threads_per_threadgroup
+    parts = math.ceil(tables.shape[1] * block_size / partition)
+    partials = ((num_seqs, num_heads, parts, head_dim), (num_seqs, num_heads, parts),
+                (num_seqs, num_heads, parts))
+    rows = parts * num_seqs * num_kv_heads
+    inputs = [queries, k_pages, v_pages, tables, lens, mx.array([scale], dtype=mx.float32)]
+
+    def launch(counters):
+        return build(spec)(
+            inputs=inputs + [counters], template=[("T", queries.dtype)],
+            grid=(threads * num_kv_heads, num_seqs, parts), threadgroup=(threads, 1, 1),
+            output_shapes=[queries.shape, *partials, (rows, 8), counters.shape],
+            output_dtypes=[queries.dtype, mx.float32, mx.float32, mx.float32, mx.int64,
+                           mx.int32])
+    outputs = CounterChain().call(num_seqs * num_kv_heads, launch)
+    mx.eval(outputs)
+    return outputs[0], np.array(outputs[4])
+
+
+def summary(trace: np.ndarray, bins: int = 20) -> str:
+    """Phase lengths, SM streaming time and a timeline of a trace (rows of 8, see above)."""
+    live = trace[trace[:, START] > 0]
+    if not len(live):
+        raise ValueError("no threadgroup ran: every row is empty")
+    t0 = live[:, START].min()
+    span = live[:, END].max() - t0
+    us = lambda a: a / 1e3  # noqa: E731 - ns to µs
+    start, landed, looped = live[:, START] - t0, live[:, LANDED] - t0, live[:, LOOPED] - t0
+    counted, end = live[:, COUNTED] - t0, live[:, END] - t0
+    merged = live[:, MERGED] == 1
+    out = [f"{len(live)} threadgroups ({len(trace) - len(live)} empty) on "
+           f"{len(np.unique(live[:, SM]))} SMs, {us(span):.1f} µs from the first start to the "
+           f"last end; warp 0 ran {int(np.median(live[:, STEPS]))} steps (median)"]
+    phases = (("start to first K/V", landed - start), ("loop", looped - landed),
+              ("partials + count", counted - looped), ("merge (last partition)",
+                                                        (end - counted)[merged]))
+    out.append("median µs: " + ", ".join(f"{name} {us(np.median(d)):.2f}"
+                                            for name, d in phases if len(d)))
+    # Per SM: the time some threadgroup on it was inside its loop (streaming K/V).
+    streaming = []
+    for sm in np.unique(live[:, SM]):
+        mine = live[:, SM] == sm
+        spans = sorted(zip(landed[mine], looped[mine]))
+        covered, until = 0, -1
+        for a, b in spans:
+            a = max(a, until)
+            if b > a:
+                covered += b - a
+                until = b
+        streaming.append(covered / span)
+    out.append(f"SM time with a threadgroup in its loop: median {np.median(streaming):.0%}, "
+               f"min {min(streaming):.0%}")
+    out.append(f"timeline ({bins} bins of {us(span) / bins:.1f} µs): threadgroups starting "
+               f"(before first K/V) / in the loop / in the tail, on average over the bin")
+    edges = np.linspace(0, span, bins + 1)
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        def inside(a, b):
+            return np.clip(np.minimum(b, hi) - np.maximum(a, lo), 0, None).sum() / (hi - lo)
+        out.append(f"  {us(lo):8.1f} µs  {inside(start, landed):6.1f} {inside(landed, looped):6.1f}"
+                   f" {inside(looped, end):6.1f}")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    from mlx_paged.bench.kernels import contiguous_kv, standard_problem
+    batch, context = int(argv[0]), int(argv[1])
+    variant = argv[2] if len(argv) > 2 else "mma_s3_tr_fused"
+    partition = int(argv[3]) if len(argv) > 3 else 1024
+    q, k_pages, v_pages, tables, lens = standard_problem(batch, context)
+    for _ in range(3):  # compile, then warm
+        out, trace = traced_call(q, k_pages, v_pages, tables, lens, 0.088, variant, partition)
+    k, v = contiguous_kv(k_pages, v_pages, tables, context)
+    ref = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.088)
+    diff = mx.max(mx.abs(out.astype(mx.float32) - ref.astype(mx.float32))).item()
+    print(f"B={batch} T={context} {variant} p{partition}: max abs diff vs MLX SDPA {diff:.4f}")
+    print(summary(trace))
+    return 0 if diff <= 2e-2 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
