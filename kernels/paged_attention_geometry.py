@@ -117,9 +117,11 @@ def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
     if spec.l2_prefetch and (stages < 2 or spec.unroll > 1):
         raise UnsupportedSpecError(f"{spec.name}: pfN prefetches ahead of the one-sub-page "
                                    f"ring: it needs sN and no uN")
-    if spec.phase_trace and (stages < 2 or spec.unroll > 1 or not spec.fused_reduce):
-        raise UnsupportedSpecError(f"{spec.name}: tr traces the one-sub-page ring's phases "
-                                   f"and the fused tail: it needs sN, fused and no uN")
+    if spec.phase_trace and (stages < 2 or spec.unroll > 1
+                             or (spec.partitioned and not spec.fused_reduce)):
+        raise UnsupportedSpecError(f"{spec.name}: tr traces the one-sub-page ring's phases, in "
+                                   f"the single pass or the fused split-K: it needs sN, no "
+                                   f"uN, and fused when partitioned")
     if spec.early_loads and (stages < 2 or spec.unroll > 1):
         raise UnsupportedSpecError(f"{spec.name}: ea starts the one-sub-page ring early: it "
                                    f"needs sN and no uN")
@@ -153,9 +155,11 @@ def define(spec: KernelSpec) -> KernelDefinition:
             raise UnsupportedSpecError(f"{spec.name}: the fused reduce is CUDA only (it needs "
                                        f"device-scope fences between threadgroups)")
         outputs = ("partial_out", "partial_max", "partial_sum") if spec.partitioned else ("out",)
+        trace = ("phase_trace",) if spec.phase_trace else ()
         if spec.fused_reduce:
-            trace = ("phase_trace",) if spec.phase_trace else ()
             outputs = ("out",) + outputs + trace + ("counters_next",)
+        else:
+            outputs += trace
         counters = ("counters",) if spec.fused_reduce else ()
         return KernelDefinition(
             spec=spec, source=render("paged_attention.jinja", spec, geo=geo), header=header,

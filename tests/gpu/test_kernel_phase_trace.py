@@ -19,6 +19,7 @@ def test_traced_call_matches_reference_and_orders_its_phases(variant):
                                                     head_dim=128, block_size=16,
                                                     dtype=mx.bfloat16)
     out, trace = phase_trace.traced_call(q, k_pages, v_pages, tables, lens_a, 0.088, variant)
+    trace = np.array(trace)
     assert max_error(out, reference(q, k_pages, v_pages, tables, lens_a, 0.088)) \
         <= TOLERANCE[mx.bfloat16]
     assert trace.shape == (5 * 4 * 2, 8)
@@ -30,3 +31,20 @@ def test_traced_call_matches_reference_and_orders_its_phases(variant):
     # One partition of each (sequence, KV head) merged.
     assert live[:, phase_trace.MERGED].sum() == 4 * 2
     assert phase_trace.summary(trace).startswith("18 threadgroups (22 empty)")
+
+
+def test_traced_single_pass():
+    lens = [1, 300, 5000]
+    q, k_pages, v_pages, tables, lens_a = make_case(4, lens, num_kv_heads=2, gqa=4,
+                                                    head_dim=128, block_size=16,
+                                                    dtype=mx.bfloat16)
+    out, trace = phase_trace.traced_call(q, k_pages, v_pages, tables, lens_a, 0.088,
+                                         "mma_s3_tr", partition=0)
+    assert max_error(out, reference(q, k_pages, v_pages, tables, lens_a, 0.088)) \
+        <= TOLERANCE[mx.bfloat16]
+    trace = np.array(trace)
+    assert trace.shape == (3 * 2, 8) and np.all(trace[:, phase_trace.START] > 0)
+    cols = [phase_trace.START, phase_trace.LANDED, phase_trace.LOOPED, phase_trace.END]
+    assert np.all(np.diff(trace[:, cols], axis=1) >= 0)
+    # Warp 0's steps: ceil(pages / 4) for each row (one sub-page per step at block 16).
+    assert sorted(trace[:, phase_trace.STEPS].tolist()) == [1, 1, 5, 5, 79, 79]
