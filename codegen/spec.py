@@ -29,8 +29,9 @@ LONG_PARTITION_SIZES = (1024, 2048, 4096)
 # (with `_mma_sN`) rescales the output accumulators only in steps where a head's max grew;
 # `_rt8` only where one grew by more than 8 (log2 units), keeping the older max otherwise.
 # `_ea` (with `_mma_sN`) issues the block-id and query loads and the ring's first copies
-# before the sequence length arrives. `_tr` (with `_mma_sN_fused`, a diagnostic) writes each
-# threadgroup's SM and phase timestamps to an extra output (`bench/phase_trace.py`).
+# before the sequence length arrives. `_tr` (with `_mma_sN`, single pass or `_fused`; a
+# diagnostic) writes each threadgroup's SM and phase timestamps to an extra output
+# (`bench/phase_trace.py`).
 TUNING = (("tensor_cores", "mma"), ("unroll", "u"), ("stages", "s"), ("l2_prefetch", "pf"),
           ("lazy_rescale", "lr"), ("rescale_threshold", "rt"), ("early_loads", "ea"),
           ("phase_trace", "tr"), ("swap_operands", "kq"),
@@ -43,7 +44,8 @@ OCCUPANCIES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 UNROLLS = (0, 1, 2, 3, 4)
 PREFETCH_DISTANCES = (0, 1, 2, 3, 4, 6, 8, 12, 16)  # sub-pages
 RESCALE_THRESHOLDS = (0, 2, 4, 8)  # log2 units: P values stay below 2^N
-_FLAGS = ("tensor_cores", "lazy_rescale", "early_loads", "phase_trace", "swap_operands", "fused_reduce", "grid_partitions")
+_FLAGS = ("tensor_cores", "lazy_rescale", "early_loads", "phase_trace", "swap_operands",
+          "fused_reduce", "grid_partitions")
 OPS = ("paged_decode", "paged_decode_reduce")
 
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}

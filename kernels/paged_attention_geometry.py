@@ -69,9 +69,8 @@ def geometry(spec: KernelSpec) -> Geometry:
     stage_rows = 0
     if (spec.l2_prefetch or spec.lazy_rescale or spec.rescale_threshold or spec.early_loads
             or spec.phase_trace):
-        raise UnsupportedSpecError(f"{spec.name}: pfN (L2 prefetch), lr and rtN (lazy "
-                                   f"rescales) and ea (early loads) are generated for the "
-                                   f"tensor-core ring only (mma_sN)")
+        raise UnsupportedSpecError(f"{spec.name}: pfN, lr, rtN, ea and tr are generated for "
+                                   f"the tensor-core ring only (mma_sN)")
     if stages > 4:
         raise UnsupportedSpecError(f"{spec.name}: rings of more than 4 slots are generated for "
                                    f"the tensor-core path only (mma_sN)")
@@ -117,11 +116,11 @@ def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
     if spec.l2_prefetch and (stages < 2 or spec.unroll > 1):
         raise UnsupportedSpecError(f"{spec.name}: pfN prefetches ahead of the one-sub-page "
                                    f"ring: it needs sN and no uN")
-    if spec.phase_trace and (stages < 2 or spec.unroll > 1
+    if spec.phase_trace and (stages < 2 or spec.unroll > 1 or spec.swap_operands
                              or (spec.partitioned and not spec.fused_reduce)):
         raise UnsupportedSpecError(f"{spec.name}: tr traces the one-sub-page ring's phases, in "
                                    f"the single pass or the fused split-K: it needs sN, no "
-                                   f"uN, and fused when partitioned")
+                                   f"uN, no kq, and fused when partitioned")
     if spec.early_loads and (stages < 2 or spec.unroll > 1):
         raise UnsupportedSpecError(f"{spec.name}: ea starts the one-sub-page ring early: it "
                                    f"needs sN and no uN")

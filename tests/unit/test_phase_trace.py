@@ -53,6 +53,6 @@ def test_tr_is_a_diagnostic_the_launcher_refuses():
     with pytest.raises(UnsupportedSpecError, match="diagnostic"):
         launch_plan("cuda", mx.bfloat16, 2, 32, 1, 128, 16, 8, 128, False, 1024, None,
                     "mma_s3_tr_fused")
-    for bad in ("mma_s3_tr", "mma_tr_fused", "s2_tr_fused"):
+    for bad in ("mma_s3_tr", "mma_tr_fused", "s2_tr_fused", "mma_s3_tr_kq_fused"):
         with pytest.raises(UnsupportedSpecError, match="tr"):
             define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p1024_{bad}"))
