@@ -108,6 +108,9 @@ def test_tuning_variants(variant):
         assert max_error(out, ref) <= TOLERANCE[BF16]
 
 
+# Ring variants checked on every family the tensor-core ring serves.
+_RING_CASES = [c for c in SPECS if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
+_RING_VARIANTS = ("mma_s6_w1", "mma_s3_pf4", "mma_s3_lr", "mma_s3_rt8", "mma_s3_ea")
 # The shared-memory ring (the default loads straight into registers) on a spread of families,
 # and the tensor-core path on every family it serves (bf16/fp16, blocks of 16 or 32).
 FAMILIES = ([("s2", c) for c in SPECS[::2]] + [("s4", c) for c in SPECS[1::4]]
@@ -123,21 +126,8 @@ FAMILIES = ([("s2", c) for c in SPECS[::2]] + [("s4", c) for c in SPECS[1::4]]
             + [("mma_s3_kq", c) for c in SPECS
                if c[0] != F32 and c[2] % 16 == 0 and c[1] in (64, 128)]
             + [("mma_s3_kq_fused", SPECS[3])]
-            + [("mma_s6_w1", c) for c in SPECS
-               if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
-            + [("mma_s6_w1_fused", SPECS[3])]
-            + [("mma_s3_pf4", c) for c in SPECS
-               if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
-            + [("mma_s3_pf4_fused", SPECS[3])]
-            + [("mma_s3_lr", c) for c in SPECS
-               if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
-            + [("mma_s3_lr_fused", SPECS[3])]
-            + [("mma_s3_rt8", c) for c in SPECS
-               if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
-            + [("mma_s3_rt8_fused", SPECS[3])]
-            + [("mma_s3_ea", c) for c in SPECS
-               if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
-            + [("mma_s3_ea_fused", SPECS[3])])
+            + [(v, c) for v in _RING_VARIANTS for c in _RING_CASES]
+            + [(v + "_fused", SPECS[3]) for v in _RING_VARIANTS])
 
 
 @pytest.mark.parametrize("variant,case", FAMILIES,

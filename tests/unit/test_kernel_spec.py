@@ -356,6 +356,13 @@ def test_tensor_core_ring_swaps_the_operands_with_kq():
         define(KernelSpec.parse("paged_decode_cuda_bf16_hd256_bs16_g4_p0_mma_s3_kq"))
 
 
+def _assert_refused(cases):
+    """Each (tuning suffix, part of the message): rendering the spec raises, naming why."""
+    for bad, why in cases:
+        with pytest.raises(UnsupportedSpecError, match=re.escape(why)):
+            define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
+
+
 def test_tensor_core_ring_prefetches_into_l2_with_pf():
     spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_pf4_fused")
     assert spec.l2_prefetch == 4 and spec.tuning_suffix == "mma_s3_pf4_fused"
@@ -369,10 +376,8 @@ def test_tensor_core_ring_prefetches_into_l2_with_pf():
     assert "prefetch" not in plain.header and "pf_sub" not in plain.source
     kq = define(KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3_pf8_kq"))
     assert "const int pf_sub = st + STAGES - 1 + PF;" in kq.source
-    for bad, why in (("mma_pf4", "needs sN"), ("mma_u2_s4_pf4", "no uN"),
-                     ("s2_pf4", "tensor-core ring only")):
-        with pytest.raises(UnsupportedSpecError, match=re.escape(why)):
-            define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
+    _assert_refused((("mma_pf4", "needs sN"), ("mma_u2_s4_pf4", "no uN"),
+                     ("s2_pf4", "tensor-core ring only")))
     with pytest.raises(UnsupportedSpecError, match="l2_prefetch=5 is not generated"):
         KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3_pf5")
 
@@ -387,10 +392,8 @@ def test_tensor_core_ring_rescales_lazily_with_lr():
     assert source.count("*= corr;") == 3  # mm_l, and the two halves of each output tile
     eager = define(dataclasses.replace(spec, lazy_rescale=False)).source
     assert "__any_sync" not in eager and "o[0] *= corr;" in eager
-    for bad, why in (("mma_lr", "need sN"), ("mma_u2_s4_lr", "no uN"),
-                     ("mma_s3_lr_kq", "no kq"), ("s2_lr", "tensor-core ring only")):
-        with pytest.raises(UnsupportedSpecError, match=re.escape(why)):
-            define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
+    _assert_refused((("mma_lr", "need sN"), ("mma_u2_s4_lr", "no uN"),
+                     ("mma_s3_lr_kq", "no kq"), ("s2_lr", "tensor-core ring only")))
 
 
 def test_tensor_core_ring_keeps_the_older_max_with_rt():
@@ -400,9 +403,8 @@ def test_tensor_core_ring_keeps_the_older_max_with_rt():
     assert "if (!__any_sync(0xffffffffu, m_new > mm_m + 8.0f)) m_new = mm_m;" in source
     assert "if (__any_sync(0xffffffffu, corr != 1.0f)) {" in source  # the lazy rescale too
     assert "mm_m + 8.0f" not in define(dataclasses.replace(spec, rescale_threshold=0)).source
-    for bad in ("mma_rt8", "mma_u2_s4_rt8", "mma_s3_rt8_kq", "s2_rt8"):
-        with pytest.raises(UnsupportedSpecError, match="rt"):
-            define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
+    _assert_refused((("mma_rt8", "need sN"), ("mma_u2_s4_rt8", "no uN"),
+                     ("mma_s3_rt8_kq", "no kq"), ("s2_rt8", "tensor-core ring only")))
     with pytest.raises(UnsupportedSpecError, match="rescale_threshold=3 is not generated"):
         KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3_rt3")
 
@@ -425,7 +427,5 @@ def test_tensor_core_ring_starts_before_the_length_with_ea():
     assert late.index("mm_q[s][h] = mlx_paged_pack2(lo, hi);") > late.index(
         "if (pa_begin >= pa_end) {")
     assert "block_tables_shape[1]" not in late and "k_pages_shape[0]" not in late
-    for bad, why in (("mma_ea", "needs sN"), ("mma_u2_s4_ea", "no uN"),
-                     ("s2_ea", "tensor-core ring only")):
-        with pytest.raises(UnsupportedSpecError, match=re.escape(why)):
-            define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p0_{bad}"))
+    _assert_refused((("mma_ea", "needs sN"), ("mma_u2_s4_ea", "no uN"),
+                     ("s2_ea", "tensor-core ring only")))
