@@ -185,7 +185,8 @@ PEERS = ("paged_read", "mlx_sdpa", "torch_sdpa")
 
 def paged_runs(args) -> dict[str, dict]:
     """Every paged-kernel column of a sweep: its name and its `paged_attention_decode` options
-    (the routed kernel, forced passes, other partition lengths, `--variant`s)."""
+    (the routed kernel, forced passes, other partition lengths, `--variant`s, and with
+    `--single-pass-variants` each variant forced to the single pass)."""
     sizes = getattr(args, "partition_size", [])
     runs = {"paged": {}, "paged_1pass": dict(single_pass=True),
             "paged_2pass": dict(single_pass=False),
@@ -194,6 +195,8 @@ def paged_runs(args) -> dict[str, dict]:
         runs[f"paged_2pass_p{size}"] = dict(single_pass=False, partition_size=size)
     for variant in getattr(args, "variant", []):  # the routed kernel in other variants
         runs[f"paged_{variant}"] = dict(variant=variant)
+        if getattr(args, "single_pass_variants", False):  # ... and forced to one pass
+            runs[f"paged_{variant}_1pass"] = dict(variant=variant, single_pass=True)
         for size in sizes:  # ... and split-K at other lengths
             runs[f"paged_{variant}_p{size}"] = dict(single_pass=False, partition_size=size,
                                                     variant=variant)

@@ -66,6 +66,9 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--variant", action="append", default=[], metavar="SUFFIX",
                    help="also time this tuning variant of the kernel, e.g. mma, s2, w8, "
                         "t32_c2 (repeatable; see docs/kernels.md)")
+    p.add_argument("--single-pass-variants", action="store_true",
+                   help="also time each --variant forced to the single pass "
+                        "(paged_<suffix>_1pass)")
     p.add_argument("--partition-size", action="append", type=int, default=[], metavar="N",
                    help="also time split-K with N-token partitions (repeatable; 128..4096)")
     p.add_argument("--skip", action="append", default=[], metavar="METHOD",

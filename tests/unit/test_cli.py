@@ -51,6 +51,19 @@ def test_bench_kernels_skip_names_every_column_a_sweep_adds():
     assert unknown_skips(args) == []
 
 
+def test_bench_kernels_times_variants_in_one_pass_on_request():
+    from mlx_paged.bench.kernels import method_names, paged_runs
+    args = build_parser().parse_args(
+        ["bench", "kernels", "--variant", "mma_s3_fused", "--variant", "mma_u2_fused",
+         "--single-pass-variants"])
+    assert method_names(args)[5:9] == ["paged_mma_s3_fused", "paged_mma_s3_fused_1pass",
+                                       "paged_mma_u2_fused", "paged_mma_u2_fused_1pass"]
+    assert paged_runs(args)["paged_mma_u2_fused_1pass"] == dict(variant="mma_u2_fused",
+                                                               single_pass=True)
+    plain = build_parser().parse_args(["bench", "kernels", "--variant", "mma_s3_fused"])
+    assert "paged_mma_s3_fused_1pass" not in method_names(plain)
+
+
 def test_bench_kernels_rejects_a_skip_that_matches_no_column(capsys):
     assert main(["bench", "kernels", "--skip", "paged_2pass_p4096"]) == 2
     out = capsys.readouterr().out
