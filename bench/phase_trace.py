@@ -12,15 +12,14 @@ were in each phase.
 
 from __future__ import annotations
 
-import math
 import sys
 
 import mlx.core as mx
 import numpy as np
 
-from mlx_paged.codegen.build import build, define
 from mlx_paged.codegen.spec import KernelSpec
 from mlx_paged.kernels.counter_chain import CounterChain
+from mlx_paged.kernels.paged_attention_plan import launch_plan
 
 # Columns of a trace row (see paged_attention.jinja).
 SM, START, LANDED, LOOPED, COUNTED, END, STEPS, MERGED = range(8)
@@ -31,37 +30,30 @@ def traced_call(queries, k_pages, v_pages, tables, lens, scale: float,
     """One call of a `tr` variant, evaluated: (output, trace rows, int64 `(rows, 8)`).
     `partition` 0 runs the single pass (then `variant` must not be `fused`). Keep the trace
     alive while tracing more calls: MLX would recycle its buffer, which the CPU has read."""
-    num_seqs, num_heads, _, head_dim = queries.shape
+    num_seqs, num_heads, num_queries, head_dim = queries.shape
     _, block_size, num_kv_heads, _ = k_pages.shape
-    spec = KernelSpec("paged_decode", "cuda", str(queries.dtype).split(".")[-1], head_dim,
-                      block_size, num_heads // num_kv_heads, partition,
-                      **KernelSpec.parse_tuning(variant))
-    if not spec.phase_trace:
-        raise ValueError(f"{spec.name}: the trace needs a `tr` variant")
-    threads = define(spec).threads_per_threadgroup
-    parts = math.ceil(tables.shape[1] * block_size / partition) if partition else 1
-    rows = parts * num_seqs * num_kv_heads
+    if not KernelSpec.parse_tuning(variant).get("phase_trace"):
+        raise ValueError(f"{variant}: the trace needs a `tr` variant")
+    # The launcher's own plan (grid, partials), with the trace as one more output.
+    plan = launch_plan("cuda", queries.dtype, num_seqs, num_heads, num_queries, head_dim,
+                       block_size, num_kv_heads, tables.shape[1], False, partition or None,
+                       not partition, variant, traced=True)
+    rows = (plan.grid[0] // plan.threadgroup[0]) * plan.grid[1] * plan.grid[2]
     inputs = [queries, k_pages, v_pages, tables, lens, mx.array([scale], dtype=mx.float32)]
-    kernel, template = build(spec), [("T", queries.dtype)]
-    grid, threadgroup = (threads * num_kv_heads, num_seqs, parts), (threads, 1, 1)
-    if not partition:
-        out, trace = kernel(inputs=inputs, template=template, grid=grid,
-                            threadgroup=threadgroup, output_shapes=[queries.shape, (rows, 8)],
-                            output_dtypes=[queries.dtype, mx.int64])
-        mx.eval(out, trace)
-        return out, trace
-    partials = ((num_seqs, num_heads, parts, head_dim), (num_seqs, num_heads, parts),
-                (num_seqs, num_heads, parts))
+    partial_dtypes = [mx.float32] * len(plan.partial_shapes)
 
-    def launch(counters):
-        return kernel(
-            inputs=inputs + [counters], template=template, grid=grid, threadgroup=threadgroup,
-            output_shapes=[queries.shape, *partials, (rows, 8), counters.shape],
-            output_dtypes=[queries.dtype, mx.float32, mx.float32, mx.float32, mx.int64,
-                           mx.int32])
-    outputs = CounterChain().call(num_seqs * num_kv_heads, launch)
+    def launch(counters=None):
+        extra = [] if counters is None else [counters]
+        return plan.kernel(
+            inputs=inputs + extra, template=[("T", queries.dtype)], grid=plan.grid,
+            threadgroup=plan.threadgroup,
+            output_shapes=[queries.shape, *plan.partial_shapes, (rows, 8)]
+            + [c.shape for c in extra],
+            output_dtypes=[queries.dtype, *partial_dtypes, mx.int64]
+            + [mx.int32] * len(extra))
+    outputs = CounterChain().call(plan.groups, launch) if plan.fused else launch()
     mx.eval(outputs)
-    return outputs[0], outputs[4]
+    return outputs[0], outputs[len(plan.partial_shapes) + 1]
 
 
 def summary(trace: np.ndarray, bins: int = 20) -> str:

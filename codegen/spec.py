@@ -163,6 +163,11 @@ class KernelSpec:
         return values
 
     @property
+    def lazy_rescales(self) -> bool:
+        """`lr` or `rtN`: the output accumulators are rescaled only in steps that need it."""
+        return self.lazy_rescale or self.rescale_threshold > 0
+
+    @property
     def partitioned(self) -> bool:
         return self.partition_size > 0
 

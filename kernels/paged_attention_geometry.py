@@ -67,8 +67,7 @@ def geometry(spec: KernelSpec) -> Geometry:
     # measured no faster (docs/kernels.md), so it stays a tuning variant (`_s2`..`_s4`).
     stages = spec.stages or 1
     stage_rows = 0
-    if (spec.l2_prefetch or spec.lazy_rescale or spec.rescale_threshold or spec.early_loads
-            or spec.phase_trace):
+    if spec.l2_prefetch or spec.lazy_rescales or spec.early_loads or spec.phase_trace:
         raise UnsupportedSpecError(f"{spec.name}: pfN, lr, rtN, ea and tr are generated for "
                                    f"the tensor-core ring only (mma_sN)")
     if stages > 4:
@@ -124,8 +123,7 @@ def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
     if spec.early_loads and (stages < 2 or spec.unroll > 1):
         raise UnsupportedSpecError(f"{spec.name}: ea starts the one-sub-page ring early: it "
                                    f"needs sN and no uN")
-    if ((spec.lazy_rescale or spec.rescale_threshold)
-            and (stages < 2 or spec.unroll > 1 or spec.swap_operands)):
+    if spec.lazy_rescales and (stages < 2 or spec.unroll > 1 or spec.swap_operands):
         raise UnsupportedSpecError(f"{spec.name}: lr and rtN are written for the one-sub-page "
                                    f"ring: they need sN, no uN, no kq")
     if spec.swap_operands and (stages < 2 or spec.unroll > 1 or spec.head_dim > 128):

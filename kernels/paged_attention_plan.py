@@ -44,9 +44,10 @@ class LaunchPlan:
 def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, num_queries: int,
                 head_dim: int, block_size: int, num_kv_heads: int, table_blocks: int,
                 sliding_window: bool, partition_size: Optional[int], single_pass: Optional[bool],
-                variant: Optional[str]) -> LaunchPlan:
+                variant: Optional[str], traced: bool = False) -> LaunchPlan:
     """The plan of one shape (see `paged_attention_decode` for the arguments); raises
-    `UnsupportedSpecError` for a shape the kernels cannot serve."""
+    `UnsupportedSpecError` for a shape the kernels cannot serve. `traced` admits the `tr`
+    diagnostic (an extra output, which only `bench/phase_trace.py` passes)."""
     if num_heads % num_kv_heads:
         raise UnsupportedSpecError(f"{num_heads} query heads are not a multiple of "
                                    f"{num_kv_heads} KV heads")
@@ -58,7 +59,7 @@ def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, nu
     single, part1, part2 = decode_specs(backend, dtype, head_dim, block_size,
                                         num_heads // num_kv_heads, sliding_window,
                                         partition_size, variant)
-    if part1.phase_trace:
+    if part1.phase_trace and not traced:
         raise UnsupportedSpecError(f"{part1.name}: tr is a diagnostic with an extra output; "
                                    f"run it with python3 -m mlx_paged.bench.phase_trace")
     if num_queries != 1:

@@ -30,6 +30,14 @@ def _id(case):
     return f"{str(dtype).split('.')[-1]}-hd{d}-bs{bs}-g{g}" + (f"-sw{window}" if window else "")
 
 
+def _assert_both_passes_match(inputs, ref, variant=None, dtype=BF16, scale=0.088):
+    """The single pass and split-K of `variant` on `inputs` both match `ref`."""
+    for single_pass in (True, False):
+        out = paged_attention_decode(*inputs, scale=scale, single_pass=single_pass,
+                                     variant=variant)
+        assert max_error(out, ref) <= TOLERANCE[dtype]
+
+
 @pytest.mark.parametrize("case", SPECS, ids=_id)
 @pytest.mark.parametrize("single_pass", [True, False], ids=["1pass", "2pass"])
 def test_kernel_matches_reference(case, single_pass):
@@ -61,10 +69,7 @@ def test_batch_sizes(batch):
 def test_long_context_32k(dtype):
     lens = [32768, 20001, 4097]
     inputs = make_case(3, lens, num_kv_heads=8, gqa=4, head_dim=128, block_size=16, dtype=dtype)
-    ref = reference(*inputs, 0.088)
-    for single_pass in (True, False):
-        out = paged_attention_decode(*inputs, scale=0.088, single_pass=single_pass)
-        assert max_error(out, ref) <= TOLERANCE[dtype]
+    _assert_both_passes_match(inputs, reference(*inputs, 0.088), dtype=dtype)
 
 
 @pytest.mark.parametrize("variant", ["mma_s3_pf4", "mma_s3_pf16", "mma_s3_pf8_fused",
@@ -76,11 +81,7 @@ def test_long_ring_variants_match_reference(variant):
     max grows at scattered steps, each of which must still rescale (rtN: once past N)."""
     lens = [32768, 4097, 1043, 17]
     inputs = make_case(5, lens, num_kv_heads=2, gqa=4, head_dim=128, block_size=16, dtype=BF16)
-    ref = reference(*inputs, 0.088)
-    for single_pass in (True, False):
-        out = paged_attention_decode(*inputs, scale=0.088, single_pass=single_pass,
-                                     variant=variant)
-        assert max_error(out, ref) <= TOLERANCE[BF16]
+    _assert_both_passes_match(inputs, reference(*inputs, 0.088), variant)
 
 
 @pytest.mark.parametrize("variant", ["w1", "w2", "w8", "s1_w16", "s1", "s2", "s4", "s2_w8",
@@ -101,11 +102,7 @@ def test_tuning_variants(variant):
     """The variants `mlx-paged bench kernels --variant` times compute the same attention."""
     lens = [1, 77, 512, 1301]
     inputs = make_case(11, lens, num_kv_heads=2, gqa=2, head_dim=128, block_size=16, dtype=BF16)
-    ref = reference(*inputs, 0.088)
-    for single_pass in (True, False):
-        out = paged_attention_decode(*inputs, scale=0.088, single_pass=single_pass,
-                                     variant=variant)
-        assert max_error(out, ref) <= TOLERANCE[BF16]
+    _assert_both_passes_match(inputs, reference(*inputs, 0.088), variant)
 
 
 # Ring variants checked on every family the tensor-core ring serves.
@@ -193,11 +190,7 @@ def test_early_loads_ignore_table_entries_past_the_sequence(variant):
     for row, n in enumerate(lens):
         used = -(-n // 16)
         junk[row, used:] = np.where(np.arange(junk.shape[1] - used) % 2, -1, 1 << 30)
-    junk = mx.array(junk)
-    for single_pass in (True, False):
-        out = paged_attention_decode(q, k_pages, v_pages, junk, lens_a, scale=0.088,
-                                     single_pass=single_pass, variant=variant)
-        assert max_error(out, ref) <= TOLERANCE[BF16]
+    _assert_both_passes_match((q, k_pages, v_pages, mx.array(junk), lens_a), ref, variant)
 
 
 def test_query_view_with_strides():
@@ -219,11 +212,8 @@ def test_head_major_page_views(variant):
                                                   dtype=BF16)
     k_view = mx.contiguous(k_pages.swapaxes(1, 2)).swapaxes(1, 2)
     v_view = mx.contiguous(v_pages.swapaxes(1, 2)).swapaxes(1, 2)
-    ref = reference(q, k_pages, v_pages, tables, lens, 0.088)
-    for single_pass in (True, False):
-        out = paged_attention_decode(q, k_view, v_view, tables, lens, scale=0.088,
-                                     single_pass=single_pass, variant=variant)
-        assert max_error(out, ref) <= TOLERANCE[BF16]
+    _assert_both_passes_match((q, k_view, v_view, tables, lens),
+                              reference(q, k_pages, v_pages, tables, lens, 0.088), variant)
 
 
 def test_unservable_inputs_name_the_spec():
