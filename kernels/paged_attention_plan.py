@@ -19,8 +19,9 @@ from mlx_paged.codegen.build import build
 from mlx_paged.codegen.build import define as define_cached
 from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.paged_attention_routing import (decode_specs, grid_partitions,
-                                                       routed_partition_size, routed_variant,
-                                                       use_single_pass)
+                                                       routed_partition_size,
+                                                       routed_single_pass_variant,
+                                                       routed_variant, use_single_pass)
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, nu
         raise UnsupportedSpecError(f"{num_heads} query heads are not a multiple of "
                                    f"{num_kv_heads} KV heads")
     table_tokens = table_blocks * block_size
-    if variant is None:
+    routed = variant is None
+    if routed:
         variant = routed_variant(backend, dtype, head_dim, block_size, table_tokens)
     if partition_size is None:
         partition_size = routed_partition_size(variant, table_tokens)
@@ -69,9 +71,15 @@ def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, nu
     if part1.grid_partitions:
         num_partitions = grid_partitions(num_seqs * num_kv_heads, num_partitions)
     if single_pass is None:
-        single_pass = use_single_pass(num_seqs, num_kv_heads, num_partitions)
+        single_pass = use_single_pass(num_seqs, num_kv_heads, num_partitions,
+                                      part1.tensor_cores, table_tokens)
     groups = num_seqs * num_kv_heads
     if single_pass:
+        if routed:  # the routed single pass can differ from the split-K variant's own
+            single = decode_specs(backend, dtype, head_dim, block_size,
+                                  num_heads // num_kv_heads, sliding_window, partition_size,
+                                  routed_single_pass_variant(backend, dtype, head_dim,
+                                                             block_size))[0]
         tg = _threads(single)
         return LaunchPlan(single.name, build(single), (tg * num_kv_heads, num_seqs, 1),
                           (tg, 1, 1), (), False, groups)

@@ -27,6 +27,14 @@ GRID_TARGET_THREADGROUPS = 396
 SINGLE_PASS_MIN_GROUPS = 1024
 SINGLE_PASS_MIN_GROUPS_SHORT = 512   # ... and with at most this many partitions
 SHORT_PARTITIONS = 4
+# The tensor-core kernels (H200 sweep of 2026-11-30, docs/kernels.md): one threadgroup per SM
+# already streams near the copy bandwidth, while every split adds a start and a merge per
+# partition, so the single pass wins from 128 groups (about one threadgroup per SM) ...
+MMA_SINGLE_PASS_MIN_GROUPS = 128
+# ... except on long tables whose second wave of single-pass threadgroups (264 `mma_s3` ones
+# fit at once) is under three quarters full: it streams alone for long (48 x 32k, 384 groups:
+# 1,655 µs single, 1,568 split-K; 64 x 32k, 512 groups: 1,978 single, 2,088 split-K).
+MMA_RESIDENT_THREADGROUPS = 264
 
 
 _DTYPE_NAMES = {mx.float16: "float16", mx.bfloat16: "bfloat16", mx.float32: "float32"}
@@ -64,6 +72,14 @@ def routed_variant(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int
     return ""
 
 
+def routed_single_pass_variant(backend: str, dtype: mx.Dtype, head_dim: int,
+                               block_size: int) -> str:
+    """The variant whose single pass the launcher runs when it picks the single pass: where the
+    tensor cores serve the shape, `mma_s3` at every context (faster than `mma_u2` at 32k in
+    the H200 sweep: 976 against 1,046 µs at 32 x 32k), else the FMA loop."""
+    return "mma_s3" if routed_variant(backend, dtype, head_dim, block_size) else ""
+
+
 def routed_partition_size(variant: str, table_tokens: int) -> int:
     """Split-K partition length for `variant` when `table_tokens` is the block table's width."""
     if "fused" not in variant.split("_"):
@@ -87,23 +103,35 @@ def grid_partitions(groups: int, max_partitions: int,
     return best
 
 
-def use_single_pass(num_seqs: int, num_kv_heads: int, num_partitions: int) -> bool:
-    """The measured routing rule between the single-pass and the split-K kernels."""
+def use_single_pass(num_seqs: int, num_kv_heads: int, num_partitions: int,
+                    tensor_cores: bool = False, table_tokens: int = 0) -> bool:
+    """The measured routing rule between the single-pass and the split-K kernels
+    (`tensor_cores`: the routed variant is an `mma` one; `table_tokens`: the block table's
+    width in tokens)."""
     groups = num_seqs * num_kv_heads
-    return (num_partitions == 1 or groups >= SINGLE_PASS_MIN_GROUPS
+    if num_partitions == 1:
+        return True
+    if tensor_cores:
+        partial_second_wave = (MMA_RESIDENT_THREADGROUPS < groups
+                               < MMA_RESIDENT_THREADGROUPS * 7 // 4)
+        return (groups >= MMA_SINGLE_PASS_MIN_GROUPS
+                and not (table_tokens > FUSED_LONG_CONTEXT and partial_second_wave))
+    return (groups >= SINGLE_PASS_MIN_GROUPS
             or (groups >= SINGLE_PASS_MIN_GROUPS_SHORT and num_partitions <= SHORT_PARTITIONS))
 
 
 def routed_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
                  sliding_window: bool) -> list[KernelSpec]:
     """Every spec the launcher's routing can call for one attention shape."""
-    specs: list[KernelSpec] = []
+    single_variant = routed_single_pass_variant(backend, dtype, head_dim, block_size)
+    specs = [decode_specs(backend, dtype, head_dim, block_size, gqa, sliding_window,
+                          DEFAULT_PARTITION_SIZE, single_variant)[0]]
     for tokens in (1, FUSED_LONG_CONTEXT + 1):  # the routing changes only past this width
         variant = routed_variant(backend, dtype, head_dim, block_size, tokens)
-        single, part1, part2 = decode_specs(backend, dtype, head_dim, block_size, gqa,
-                                            sliding_window,
-                                            routed_partition_size(variant, tokens), variant)
-        for spec in [single, part1] if part1.fused_reduce else [single, part1, part2]:
+        _, part1, part2 = decode_specs(backend, dtype, head_dim, block_size, gqa,
+                                       sliding_window, routed_partition_size(variant, tokens),
+                                       variant)
+        for spec in [part1] if part1.fused_reduce else [part1, part2]:
             if spec not in specs:
                 specs.append(spec)
     return specs

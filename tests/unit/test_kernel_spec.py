@@ -13,8 +13,9 @@ from mlx_paged.codegen.catalog import all_specs, representative_specs
 from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.paged_attention_geometry import Geometry, geometry
 from mlx_paged.kernels.paged_attention_routing import (decode_specs, grid_partitions,
-                                                       routed_partition_size, routed_specs,
-                                                       routed_variant)
+                                                       routed_partition_size,
+                                                       routed_single_pass_variant, routed_specs,
+                                                       routed_variant, use_single_pass)
 
 METAL_ATTRIBUTES = ("threadgroup_position_in_grid", "threadgroups_per_grid",
                     "thread_index_in_simdgroup", "simdgroup_index_in_threadgroup",
@@ -255,14 +256,39 @@ def test_routing_takes_tensor_cores_and_the_fused_split_k_only_where_measured():
     assert routed_partition_size("mma_fused", 16400) == 2048
     assert routed_partition_size("", 32768) == 512
     cuda = [s.name for s in routed_specs("cuda", bf16, 128, 16, 4, False)]
+    # One single pass (mma_s3 at every context), the fused split-K at both lengths.
     assert cuda == ["paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3",
                     "paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_fused",
-                    "paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_u2",
                     "paged_decode_cuda_bf16_hd128_bs16_g4_p2048_mma_u2_fused"]
+    assert routed_single_pass_variant("cuda", bf16, 128, 16) == "mma_s3"
+    assert routed_single_pass_variant("cuda", bf16, 64, 16) == ""
+    assert routed_single_pass_variant("metal", bf16, 128, 16) == ""
     metal = [s.name for s in routed_specs("metal", bf16, 128, 16, 4, True)]
     assert metal == ["paged_decode_metal_bf16_hd128_bs16_g4_p0_sw",
                      "paged_decode_metal_bf16_hd128_bs16_g4_p512_sw",
                      "paged_decode_reduce_metal_bf16_hd128_bs16_g4_p512_sw"]
+
+
+def test_single_pass_rule_of_the_tensor_core_kernels_and_of_the_fma_kernel():
+    # Tensor cores: single pass from 128 (sequence, KV head) groups; on tables past 16k tokens
+    # not while the second wave of 264 threadgroups is under three quarters full (265-461).
+    assert not use_single_pass(15, 8, 8, True, 8192)       # 120 groups
+    assert use_single_pass(16, 8, 2, True, 2048)           # 128
+    assert use_single_pass(16, 8, 16, True, 32768)
+    assert use_single_pass(33, 8, 8, True, 8192)           # 264
+    assert use_single_pass(33, 8, 16, True, 32768)
+    assert use_single_pass(48, 8, 8, True, 8192)           # 384 at 8k ...
+    assert not use_single_pass(48, 8, 16, True, 32768)     # ... not at 32k
+    assert not use_single_pass(57, 8, 16, True, 16400)     # 456
+    assert use_single_pass(58, 8, 16, True, 32768)         # 464
+    assert use_single_pass(64, 8, 16, True, 32768)         # 512
+    assert use_single_pass(1, 8, 1, True, 512)             # one partition: always
+    # The FMA kernel keeps its own sweep's thresholds.
+    assert not use_single_pass(16, 8, 2)
+    assert not use_single_pass(64, 8, 5)
+    assert use_single_pass(64, 8, 4)
+    assert use_single_pass(128, 8, 64)
+    assert use_single_pass(1, 8, 1)
 
 
 def test_grid_partitions_fill_whole_waves_and_respect_the_shortest_partition():
