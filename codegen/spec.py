@@ -12,7 +12,7 @@ BLOCK_SIZES = (8, 16, 32)
 GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
 PARTITION_SIZES = (0, 128, 256, 512)  # 0: single pass over the whole sequence
 # Longer partitions for kernel authors' sweeps (`bench kernels --partition-size`), not catalogued.
-LONG_PARTITION_SIZES = (1024, 2048, 4096)
+LONG_PARTITION_SIZES = (1024, 2048, 4096, 8192, 16384)
 # Tuning variants (0 / False: the kernel's own choice), named by a suffix: `_mma` scores and
 # P.V on CUDA tensor cores (bf16/fp16), `_u2` (with `_mma`) 2 sub-pages of 16 tokens loaded per
 # simdgroup step before their math (more bytes in flight, more registers; with `_sN`, 2 ring

@@ -217,8 +217,8 @@ def test_long_partitions_are_specs_outside_the_catalog():
     spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p4096")
     assert spec.partition_size == 4096 and "constexpr int PARTITION = 4096;" in define(spec).source
     assert all(s.partition_size <= 512 for s in all_specs("cuda"))
-    with pytest.raises(UnsupportedSpecError, match="partition_size=8192"):
-        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p8192")
+    with pytest.raises(UnsupportedSpecError, match="partition_size=32768"):
+        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p32768")
 
 
 def test_fused_and_launch_bound_variants_are_named_and_refused_where_they_cannot_run():
