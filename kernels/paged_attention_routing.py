@@ -27,10 +27,10 @@ GRID_TARGET_THREADGROUPS = 396
 SINGLE_PASS_MIN_GROUPS = 1024
 SINGLE_PASS_MIN_GROUPS_SHORT = 512   # ... and with at most this many partitions
 SHORT_PARTITIONS = 4
-# The tensor-core kernels (H200 sweep of 2026-11-30, docs/kernels.md): one threadgroup per SM
-# already streams near the copy bandwidth, while every split adds a start and a merge per
-# partition, so the single pass wins from 128 groups (about one threadgroup per SM) ...
-MMA_SINGLE_PASS_MIN_GROUPS = 128
+# The tensor-core kernels (H200 sweeps of 2026-11-30, docs/kernels.md): a lone threadgroup on
+# an SM streams 30-40 GB/s, and every split adds a start, partials and a merge, so the single
+# pass wins from 64 groups (8 x 8k: 96.5 µs single, 113 split-K; 8 x 32k: a tie) ...
+MMA_SINGLE_PASS_MIN_GROUPS = 64
 # ... except on long tables whose second wave of single-pass threadgroups (264 `mma_s3` ones
 # fit at once) is under three quarters full: it streams alone for long (48 x 32k, 384 groups:
 # 1,655 µs single, 1,568 split-K; 64 x 32k, 512 groups: 1,978 single, 2,088 split-K).

@@ -270,9 +270,12 @@ def test_routing_takes_tensor_cores_and_the_fused_split_k_only_where_measured():
 
 
 def test_single_pass_rule_of_the_tensor_core_kernels_and_of_the_fma_kernel():
-    # Tensor cores: single pass from 128 (sequence, KV head) groups; on tables past 16k tokens
+    # Tensor cores: single pass from 64 (sequence, KV head) groups; on tables past 16k tokens
     # not while the second wave of 264 threadgroups is under three quarters full (265-461).
-    assert not use_single_pass(15, 8, 8, True, 8192)       # 120 groups
+    assert not use_single_pass(7, 8, 8, True, 8192)        # 56 groups
+    assert not use_single_pass(4, 8, 2, True, 2048)
+    assert use_single_pass(8, 8, 2, True, 2048)            # 64
+    assert use_single_pass(8, 8, 16, True, 32768)
     assert use_single_pass(16, 8, 2, True, 2048)           # 128
     assert use_single_pass(16, 8, 16, True, 32768)
     assert use_single_pass(33, 8, 8, True, 8192)           # 264
