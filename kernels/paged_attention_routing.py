@@ -28,7 +28,7 @@ SINGLE_PASS_MIN_GROUPS = 1024
 SINGLE_PASS_MIN_GROUPS_SHORT = 512   # ... and with at most this many partitions
 SHORT_PARTITIONS = 4
 # The tensor-core kernels (H200 sweeps of 2026-11-30, docs/kernels.md): a lone threadgroup on
-# an SM streams 30-40 GB/s, and every split adds a start, partials and a merge, so the single
+# an SM streams 30-50 GB/s, and every split adds a start, partials and a merge, so the single
 # pass wins from 64 groups (8 x 8k: 96.5 µs single, 113 split-K; 8 x 32k: a tie) ...
 MMA_SINGLE_PASS_MIN_GROUPS = 64
 # ... except on long tables whose second wave of single-pass threadgroups (264 `mma_s3` ones
@@ -75,8 +75,8 @@ def routed_variant(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int
 def routed_single_pass_variant(backend: str, dtype: mx.Dtype, head_dim: int,
                                block_size: int) -> str:
     """The variant whose single pass the launcher runs when it picks the single pass: where the
-    tensor cores serve the shape, `mma_s3` at every context (faster than `mma_u2` at 32k in
-    the H200 sweep: 976 against 1,046 µs at 32 x 32k), else the FMA loop."""
+    tensor cores serve the shape, `mma_s3` at every context (faster than `mma_u2`'s at 32k in
+    the H200 sweep: 1,012 against 1,062 µs at 32 x 32k), else the FMA loop."""
     return "mma_s3" if routed_variant(backend, dtype, head_dim, block_size) else ""
 
 
