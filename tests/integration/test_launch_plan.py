@@ -42,3 +42,32 @@ def test_unservable_shapes_raise():
         _plan(1, 8, num_heads=12)
     with pytest.raises(UnsupportedSpecError, match="one query per row"):
         _plan(1, 8, num_queries=2)
+
+
+@pytest.fixture
+def cuda_plans(monkeypatch):
+    """CUDA launch plans on this CPU machine: the real routing, rendering and grids, with a
+    stand-in for the one step that needs a CUDA device (building the `cuda_kernel` object)."""
+    import mlx_paged.kernels.paged_attention_plan as plan_module
+    monkeypatch.setattr(plan_module, "build", lambda spec: spec)
+    launch_plan.cache_clear()
+    yield lambda num_seqs, table_blocks: _plan(num_seqs, table_blocks, backend="cuda")
+    launch_plan.cache_clear()
+
+
+def test_cuda_routing_runs_mma_s3_single_pass_from_64_groups(cuda_plans):
+    single = "paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3"
+    # 8 sequences x 8 KV heads at 32k tokens: one pass, mma_s3 (not the split-K's mma_u2).
+    plan = cuda_plans(8, 2048)
+    assert plan.kernel.name == single and plan.partial_shapes == ()
+    assert plan.grid == (128 * 8, 8, 1) and not plan.fused
+    assert cuda_plans(64, 128).kernel.name == single  # 512 groups at 2k
+    # 7 sequences (56 groups) at 8k: the fused split-K of 1024-token partitions.
+    plan = cuda_plans(7, 512)
+    assert plan.kernel.name == "paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_fused"
+    assert plan.fused and plan.grid == (128 * 8, 7, 8)
+    assert plan.partial_shapes == ((7, 32, 8, 128), (7, 32, 8), (7, 32, 8))
+    # 48 sequences (384 groups) past 16k tokens: split-K, 2048-token partitions of mma_u2.
+    plan = cuda_plans(48, 2048)
+    assert plan.kernel.name == "paged_decode_cuda_bf16_hd128_bs16_g4_p2048_mma_u2_fused"
+    assert plan.grid[2] == 16
