@@ -79,7 +79,7 @@ def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, nu
             single = decode_specs(backend, dtype, head_dim, block_size,
                                   num_heads // num_kv_heads, sliding_window, partition_size,
                                   routed_single_pass_variant(backend, dtype, head_dim,
-                                                             block_size))[0]
+                                                             block_size, groups))[0]
         tg = _threads(single)
         return LaunchPlan(single.name, build(single), (tg * num_kv_heads, num_seqs, 1),
                           (tg, 1, 1), (), False, groups)

@@ -27,14 +27,20 @@ GRID_TARGET_THREADGROUPS = 396
 SINGLE_PASS_MIN_GROUPS = 1024
 SINGLE_PASS_MIN_GROUPS_SHORT = 512   # ... and with at most this many partitions
 SHORT_PARTITIONS = 4
-# The tensor-core kernels (H200 sweeps of 2026-11-30, docs/kernels.md): a lone threadgroup on
-# an SM streams 30-50 GB/s, and every split adds a start, partials and a merge, so the single
-# pass wins from 64 groups (8 x 8k: 96.5 µs single, 113 split-K; 8 x 32k: a tie) ...
-MMA_SINGLE_PASS_MIN_GROUPS = 64
+# The tensor-core kernels (H200 sweeps, docs/kernels.md "Routing"): a lone threadgroup on an
+# SM streams 50-80 GB/s, and every split adds a start, partials, a merge and host time, so the
+# single pass wins from 40 groups (5 x 8k: 67.5 µs single, 87.3 split-K), and at any count on
+# tables of up to 2048 tokens (1 x 2k: 28.1 against 35.2) ...
+MMA_SINGLE_PASS_MIN_GROUPS = 40
+MMA_SHORT_TABLE_TOKENS = 2048
 # ... except on long tables whose second wave of single-pass threadgroups (264 `mma_s3` ones
 # fit at once) is under three quarters full: it streams alone for long (48 x 32k, 384 groups:
 # 1,655 µs single, 1,568 split-K; 64 x 32k, 512 groups: 1,978 single, 2,088 split-K).
 MMA_RESIDENT_THREADGROUPS = 264
+# Up to this many groups the single pass's threadgroups cannot together saturate DRAM with 4
+# simdgroups (about 54 GB/s each), so it runs 8 (`mma_s3_w8`: 8 x 32k 269.6 µs against 311.7);
+# from 80 groups 8 contend and lose (11 x 32k: 401.6 against 373.1).
+MMA_WIDE_MAX_GROUPS = 72
 
 
 _DTYPE_NAMES = {mx.float16: "float16", mx.bfloat16: "bfloat16", mx.float32: "float32"}
@@ -72,12 +78,15 @@ def routed_variant(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int
     return ""
 
 
-def routed_single_pass_variant(backend: str, dtype: mx.Dtype, head_dim: int,
-                               block_size: int) -> str:
-    """The variant whose single pass the launcher runs when it picks the single pass: where the
-    tensor cores serve the shape, `mma_s3` at every context (faster than `mma_u2`'s at 32k in
-    the H200 sweep: 1,012 against 1,062 µs at 32 x 32k), else the FMA loop."""
-    return "mma_s3" if routed_variant(backend, dtype, head_dim, block_size) else ""
+def routed_single_pass_variant(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int,
+                               groups: int) -> str:
+    """The variant whose single pass the launcher runs for `groups` (sequence, KV head) pairs
+    when it picks the single pass: where the tensor cores serve the shape, `mma_s3_w8` up to
+    MMA_WIDE_MAX_GROUPS and `mma_s3` past it, at every context (faster than `mma_u2`'s at 32k
+    in the H200 sweep: 1,012 against 1,062 µs at 32 x 32k); else the FMA loop."""
+    if not routed_variant(backend, dtype, head_dim, block_size):
+        return ""
+    return "mma_s3_w8" if groups <= MMA_WIDE_MAX_GROUPS else "mma_s3"
 
 
 def routed_partition_size(variant: str, table_tokens: int) -> int:
@@ -106,12 +115,16 @@ def grid_partitions(groups: int, max_partitions: int,
 def use_single_pass(num_seqs: int, num_kv_heads: int, num_partitions: int,
                     tensor_cores: bool = False, table_tokens: int = 0) -> bool:
     """The measured routing rule between the single-pass and the split-K kernels
-    (`tensor_cores`: the routed variant is an `mma` one; `table_tokens`: the block table's
-    width in tokens)."""
+    (`tensor_cores`: the routed variant is an `mma` one, whose rule needs `table_tokens`, the
+    block table's width in tokens)."""
     groups = num_seqs * num_kv_heads
     if num_partitions == 1:
         return True
     if tensor_cores:
+        if table_tokens <= 0:
+            raise ValueError("the tensor-core routing rule needs the block table's width")
+        if table_tokens <= MMA_SHORT_TABLE_TOKENS:
+            return True
         partial_second_wave = (MMA_RESIDENT_THREADGROUPS < groups
                                < MMA_RESIDENT_THREADGROUPS * 7 // 4)
         return (groups >= MMA_SINGLE_PASS_MIN_GROUPS
@@ -123,9 +136,13 @@ def use_single_pass(num_seqs: int, num_kv_heads: int, num_partitions: int,
 def routed_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
                  sliding_window: bool) -> list[KernelSpec]:
     """Every spec the launcher's routing can call for one attention shape."""
-    single_variant = routed_single_pass_variant(backend, dtype, head_dim, block_size)
-    specs = [decode_specs(backend, dtype, head_dim, block_size, gqa, sliding_window,
-                          DEFAULT_PARTITION_SIZE, single_variant)[0]]
+    specs = []
+    for groups in (1, MMA_WIDE_MAX_GROUPS + 1):  # the single pass changes only past this count
+        variant = routed_single_pass_variant(backend, dtype, head_dim, block_size, groups)
+        spec = decode_specs(backend, dtype, head_dim, block_size, gqa, sliding_window,
+                            DEFAULT_PARTITION_SIZE, variant)[0]
+        if spec not in specs:
+            specs.append(spec)
     for tokens in (1, FUSED_LONG_CONTEXT + 1):  # the routing changes only past this width
         variant = routed_variant(backend, dtype, head_dim, block_size, tokens)
         _, part1, part2 = decode_specs(backend, dtype, head_dim, block_size, gqa,

@@ -117,6 +117,7 @@ FAMILIES = ([("s2", c) for c in SPECS[::2]] + [("s4", c) for c in SPECS[1::4]]
             + [("mma_u2_fused", SPECS[3])]
             + [("mma_s3", c) for c in SPECS if c[0] != F32 and c[2] % 16 == 0 and c[1] % 64 == 0]
             + [("mma_s3_fused", SPECS[3])]
+            + [("mma_s3_w8", c) for c in _RING_CASES if c[1] <= 128]
             + [("mma_u2_s4", c) for c in SPECS
                if c[0] != F32 and c[2] % 16 == 0 and c[1] in (64, 128)]
             + [("mma_u2_s4_fused", SPECS[3])]

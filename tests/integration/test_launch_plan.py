@@ -55,19 +55,26 @@ def cuda_plans(monkeypatch):
     launch_plan.cache_clear()
 
 
-def test_cuda_routing_runs_mma_s3_single_pass_from_64_groups(cuda_plans):
-    single = "paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3"
-    # 8 sequences x 8 KV heads at 32k tokens: one pass, mma_s3 (not the split-K's mma_u2).
+def test_cuda_routing_single_pass_from_40_groups_wide_up_to_72(cuda_plans):
+    prefix = "paged_decode_cuda_bf16_hd128_bs16_g4_"
+    # 8 sequences x 8 KV heads at 32k tokens: one pass of 8 simdgroups (256 threads).
     plan = cuda_plans(8, 2048)
-    assert plan.kernel.name == single and plan.partial_shapes == ()
-    assert plan.grid == (128 * 8, 8, 1) and not plan.fused
-    assert cuda_plans(64, 128).kernel.name == single  # 512 groups at 2k
-    # 7 sequences (56 groups) at 8k: the fused split-K of 1024-token partitions.
-    plan = cuda_plans(7, 512)
-    assert plan.kernel.name == "paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_fused"
-    assert plan.fused and plan.grid == (128 * 8, 7, 8)
-    assert plan.partial_shapes == ((7, 32, 8, 128), (7, 32, 8), (7, 32, 8))
+    assert plan.kernel.name == prefix + "p0_mma_s3_w8" and plan.partial_shapes == ()
+    assert plan.grid == (256 * 8, 8, 1) and plan.threadgroup == (256, 1, 1) and not plan.fused
+    assert cuda_plans(5, 512).kernel.name == prefix + "p0_mma_s3_w8"  # 40 groups at 8k
+    assert cuda_plans(9, 512).kernel.name == prefix + "p0_mma_s3_w8"  # 72
+    # From 80 groups the single pass keeps 4 simdgroups.
+    plan = cuda_plans(10, 512)
+    assert plan.kernel.name == prefix + "p0_mma_s3" and plan.grid == (128 * 8, 10, 1)
+    assert cuda_plans(64, 128).kernel.name == prefix + "p0_mma_s3"  # 512 groups at 2k
+    # Tables of up to 2048 tokens: one pass at any count.
+    assert cuda_plans(1, 128).kernel.name == prefix + "p0_mma_s3_w8"
+    # 4 sequences (32 groups) at 8k: the fused split-K of 1024-token partitions.
+    plan = cuda_plans(4, 512)
+    assert plan.kernel.name == prefix + "p1024_mma_s3_fused"
+    assert plan.fused and plan.grid == (128 * 8, 4, 8)
+    assert plan.partial_shapes == ((4, 32, 8, 128), (4, 32, 8), (4, 32, 8))
     # 48 sequences (384 groups) past 16k tokens: split-K, 2048-token partitions of mma_u2.
     plan = cuda_plans(48, 2048)
-    assert plan.kernel.name == "paged_decode_cuda_bf16_hd128_bs16_g4_p2048_mma_u2_fused"
+    assert plan.kernel.name == prefix + "p2048_mma_u2_fused"
     assert plan.grid[2] == 16

@@ -256,13 +256,17 @@ def test_routing_takes_tensor_cores_and_the_fused_split_k_only_where_measured():
     assert routed_partition_size("mma_fused", 16400) == 2048
     assert routed_partition_size("", 32768) == 512
     cuda = [s.name for s in routed_specs("cuda", bf16, 128, 16, 4, False)]
-    # One single pass (mma_s3 at every context), the fused split-K at both lengths.
-    assert cuda == ["paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3",
+    # Two single passes (8 simdgroups up to 72 groups, 4 past), the fused split-K at both
+    # lengths.
+    assert cuda == ["paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3_w8",
+                    "paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3",
                     "paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_fused",
                     "paged_decode_cuda_bf16_hd128_bs16_g4_p2048_mma_u2_fused"]
-    assert routed_single_pass_variant("cuda", bf16, 128, 16) == "mma_s3"
-    assert routed_single_pass_variant("cuda", bf16, 64, 16) == ""
-    assert routed_single_pass_variant("metal", bf16, 128, 16) == ""
+    assert routed_single_pass_variant("cuda", bf16, 128, 16, 1) == "mma_s3_w8"
+    assert routed_single_pass_variant("cuda", bf16, 128, 16, 72) == "mma_s3_w8"
+    assert routed_single_pass_variant("cuda", bf16, 128, 16, 73) == "mma_s3"
+    assert routed_single_pass_variant("cuda", bf16, 64, 16, 8) == ""
+    assert routed_single_pass_variant("metal", bf16, 128, 16, 8) == ""
     metal = [s.name for s in routed_specs("metal", bf16, 128, 16, 4, True)]
     assert metal == ["paged_decode_metal_bf16_hd128_bs16_g4_p0_sw",
                      "paged_decode_metal_bf16_hd128_bs16_g4_p512_sw",
@@ -270,12 +274,14 @@ def test_routing_takes_tensor_cores_and_the_fused_split_k_only_where_measured():
 
 
 def test_single_pass_rule_of_the_tensor_core_kernels_and_of_the_fma_kernel():
-    # Tensor cores: single pass from 64 (sequence, KV head) groups; on tables past 16k tokens
-    # not while the second wave of 264 threadgroups is under three quarters full (265-461).
-    assert not use_single_pass(7, 8, 8, True, 8192)        # 56 groups
-    assert not use_single_pass(4, 8, 2, True, 2048)
-    assert use_single_pass(8, 8, 2, True, 2048)            # 64
-    assert use_single_pass(8, 8, 16, True, 32768)
+    # Tensor cores: single pass from 40 (sequence, KV head) groups, and at any count on tables
+    # of up to 2048 tokens; on tables past 16k tokens not while the second wave of 264
+    # threadgroups is under three quarters full (265-461 groups).
+    assert not use_single_pass(4, 8, 8, True, 8192)        # 32 groups
+    assert not use_single_pass(4, 8, 3, True, 2064)
+    assert use_single_pass(1, 8, 2, True, 2048)            # 8 on a short table
+    assert use_single_pass(5, 8, 8, True, 8192)            # 40
+    assert use_single_pass(5, 8, 16, True, 32768)
     assert use_single_pass(16, 8, 2, True, 2048)           # 128
     assert use_single_pass(16, 8, 16, True, 32768)
     assert use_single_pass(33, 8, 8, True, 8192)           # 264
@@ -286,6 +292,8 @@ def test_single_pass_rule_of_the_tensor_core_kernels_and_of_the_fma_kernel():
     assert use_single_pass(58, 8, 16, True, 32768)         # 464
     assert use_single_pass(64, 8, 16, True, 32768)         # 512
     assert use_single_pass(1, 8, 1, True, 512)             # one partition: always
+    with pytest.raises(ValueError, match="width"):
+        use_single_pass(1, 8, 4, True)
     # The FMA kernel keeps its own sweep's thresholds.
     assert not use_single_pass(16, 8, 2)
     assert not use_single_pass(64, 8, 5)
