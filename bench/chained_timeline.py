@@ -1,12 +1,15 @@
-"""GPU timeline of chained decode-attention calls: the routed kernel, then MLX's SDPA.
+"""GPU timeline of chained decode-attention calls: the routed kernel, any forced variants,
+then MLX's SDPA.
 
-    python3 -m mlx_paged.bench.chained_timeline BATCH CONTEXT
+    python3 -m mlx_paged.bench.chained_timeline BATCH CONTEXT [VARIANT[@PARTITION|@1pass] ...]
 
 Runs 3 × 20 chained calls of each (each call's output is the next call's queries, as in a
 model) under PyTorch's CUPTI profiler, which sees the kernels MLX launches in the same process,
 and prints per GPU op its count, median duration and median gap after the previous op ended.
-The shape is the kernel benchmark's (32 query / 8 KV heads, head_dim 128, bf16, blocks of 16,
-a 4 GiB pool with shuffled block ids). Needs a CUDA GPU and torch.
+Each extra argument adds the kernel forced to a tuning variant: `mma_s3_w8_fused@4096` its
+split-K of 4096-token partitions, `mma_s3_w8@1pass` its single pass, a bare variant as the
+routing would run it. The shape is the kernel benchmark's (32 query / 8 KV heads, head_dim 128,
+bf16, blocks of 16, a 4 GiB pool with shuffled block ids). Needs a CUDA GPU and torch.
 """
 
 from __future__ import annotations
@@ -44,16 +47,32 @@ def summarize(ops: list[tuple[float, float, str]]) -> dict[str, tuple[int, float
             for name, v in samples.items()}
 
 
+def forced_options(arg: str) -> dict:
+    """`paged_attention_decode` options of one extra argument: "VARIANT", "VARIANT@1pass" or
+    "VARIANT@PARTITION" (split-K of that partition length)."""
+    variant, _, how = arg.partition("@")
+    if not how:
+        return {"variant": variant}
+    if how == "1pass":
+        return {"variant": variant, "single_pass": True}
+    if not how.isdigit():
+        raise ValueError(f"{arg!r}: expected VARIANT, VARIANT@1pass or VARIANT@PARTITION")
+    return {"variant": variant, "single_pass": False, "partition_size": int(how)}
+
+
 def main(argv: list[str]) -> None:
     from torch.profiler import ProfilerActivity, profile
 
     batch, context = int(argv[0]), int(argv[1])
     queries, k_pages, v_pages, tables, lens = standard_problem(batch, context)
     k, v = contiguous_kv(k_pages, v_pages, tables, context)
-    methods = {
-        "paged": lambda q: paged_attention_decode(q, k_pages, v_pages, tables, lens, scale=0.088),
-        "mlx_sdpa": lambda q: mx.fast.scaled_dot_product_attention(q, k, v, scale=0.088),
-    }
+    def paged(**options):
+        return lambda q: paged_attention_decode(q, k_pages, v_pages, tables, lens, scale=0.088,
+                                                **options)
+    methods = {"paged": paged()}
+    for arg in argv[2:]:
+        methods[f"paged_{arg}"] = paged(**forced_options(arg))
+    methods["mlx_sdpa"] = lambda q: mx.fast.scaled_dot_product_attention(q, k, v, scale=0.088)
     for fn in methods.values():  # compile outside the profile
         mx.eval(fn(queries))
         mx.synchronize()

@@ -56,14 +56,21 @@ def time_mlx(fn, target_s: float = 0.05, repeats: int = 7) -> float:
     return _median_seconds(run, _mlx_sync, target_s, repeats)
 
 
-def time_mlx_chained(fn, queries: mx.array, target_s: float = 0.05, repeats: int = 7) -> float:
+def time_mlx_chained(fn, queries: mx.array, target_s: float = 0.05, repeats: int = 7,
+                     pipeline: int = 0) -> float:
     """Like `time_mlx`, but each call's queries are the previous call's output, so the calls
     run one after another as they would in a model (and as torch's do on one stream). Queued
-    calls that share no data may overlap in MLX's CUDA graphs; chained ones cannot."""
+    calls that share no data may overlap in MLX's CUDA graphs; chained ones cannot.
+
+    `pipeline` > 0: start evaluating every `pipeline` calls (`mx.async_eval`), so building the
+    next ones overlaps the GPU's work, as the engine's lookahead decode overlaps building step
+    t + 1 with step t. 0: build all the calls, then evaluate them (host time adds in full)."""
     def run(n):
         q = queries
-        for _ in range(n):
+        for i in range(n):
             q = fn(q)
+            if pipeline and (i + 1) % pipeline == 0:
+                mx.async_eval(q)
         return q
     return _median_seconds(run, _mlx_sync, target_s, repeats)
 
@@ -181,6 +188,9 @@ def contiguous_kv(k_pages: mx.array, v_pages: mx.array, tables: mx.array,
 
 
 PEERS = ("paged_read", "mlx_sdpa", "torch_sdpa")
+# `--pipelined`: chained calls evaluated this many at a time, each batch's evaluation started
+# before the next is built (about a decode step's attention calls in a small model).
+PIPELINE_CALLS = 8
 
 
 def paged_runs(args) -> dict[str, dict]:
@@ -244,9 +254,12 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
     for name in skip & set(runs):
         del runs[name]
     chained = getattr(args, "chained", False)
+    pipeline = PIPELINE_CALLS if getattr(args, "pipelined", False) else 0
 
     def timed(fn) -> float:
-        return (time_mlx_chained(fn, q) if chained else time_mlx(lambda: fn(q))) * 1e6
+        if chained:
+            return time_mlx_chained(fn, q, pipeline=pipeline) * 1e6
+        return time_mlx(lambda: fn(q)) * 1e6
 
     row = {"batch": batch, "context": context, "kv_bytes": kv_bytes, "us": {}, "tb_s": {},
            "max_abs_diff_vs_paged": {}}
@@ -354,6 +367,10 @@ def main(args) -> int:
     if unknown:
         print(f"mlx-paged bench kernels: --skip {', '.join(unknown)}: no such column; this "
               f"sweep's columns are {', '.join(method_names(args))}")
+        return 2
+    if getattr(args, "pipelined", False) and not args.chained:
+        print("mlx-paged bench kernels: --pipelined overlaps building and running chained "
+              "calls; add --chained")
         return 2
     backend = current_backend()
     if backend is None:

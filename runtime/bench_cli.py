@@ -86,6 +86,10 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
                    help="feed each timed call's output to the next as its queries, so MLX "
                         "runs the calls one after another (by default independent calls may "
                         "overlap in MLX's CUDA graphs); paged_read stays unchained")
+    p.add_argument("--pipelined", action="store_true",
+                   help="with --chained: start evaluating every 8 calls while the next are "
+                        "built (mx.async_eval), as the engine's decode overlaps host and GPU; "
+                        "without it all calls are built before any runs")
     p.add_argument("--replot", default=None, metavar="JSON",
                    help="only redraw the plot of an earlier run's kernels.json")
     p.set_defaults(run=_bench("kernels"))

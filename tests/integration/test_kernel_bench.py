@@ -74,6 +74,30 @@ def test_chained_timing_feeds_each_output_to_the_next_call():
     assert row["max_abs_diff_vs_paged"]["mlx_sdpa"] < 1e-5
 
 
+def test_pipelined_chained_timing_starts_evaluations_between_builds(monkeypatch):
+    started = []
+    monkeypatch.setattr(kernels.mx, "async_eval", lambda *arrays: started.append(arrays[0]))
+    calls = []
+
+    def attention(queries):
+        calls.append(queries)
+        return queries * 2
+    queries = mx.ones((1, 2, 1, 4))
+    assert kernels.time_mlx_chained(attention, queries, target_s=0.001, repeats=2,
+                                    pipeline=2) > 0
+    # Every second call's output starts evaluating (4, 16, ... times the queries of its run);
+    # the chain is unchanged.
+    exponents = [np.log2(np.array(out)).ravel() for out in started]
+    assert started and all((e == e[0]).all() and e[0] % 2 == 0 and e[0] > 0 for e in exponents)
+    assert len(started) >= (len(calls) - 2) // 2 - 2
+    assert mx.array_equal(calls[3], calls[2] * 2).item()
+
+
+def test_pipelined_needs_chained(capsys):
+    assert kernels.main(_args(variant=[], pipelined=True, chained=False, replot=None)) == 2
+    assert "add --chained" in capsys.readouterr().out
+
+
 def test_skipped_methods_are_left_out():
     row = kernels.bench_shape(2, 64, _args(variant=[], skip=["gather_sdpa"]), torch_ok=False)
     assert set(row["us"]) == {"mlx_sdpa"} and row["diff_base"] == "mlx_sdpa"

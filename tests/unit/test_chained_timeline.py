@@ -2,7 +2,9 @@
 
 import json
 
-from mlx_paged.bench.chained_timeline import gpu_ops, summarize
+import pytest
+
+from mlx_paged.bench.chained_timeline import forced_options, gpu_ops, summarize
 
 
 def test_gpu_ops_keep_only_gpu_work_in_start_order_and_summarize_gaps(tmp_path):
@@ -22,3 +24,12 @@ def test_gpu_ops_keep_only_gpu_work_in_start_order_and_summarize_gaps(tmp_path):
     # gaps: fill 0 (first), attn 200 - 110 = 90, fill 254 - 250 = 4, attn 260 - 256 = 4
     assert summarize(ops) == {"fill": (2, 6.0, 2.0), "attn": (2, 60.0, 47.0)}
 
+
+
+def test_forced_options_name_a_variant_and_its_pass():
+    assert forced_options("mma_s3_w8") == {"variant": "mma_s3_w8"}
+    assert forced_options("mma_s3_w8@1pass") == {"variant": "mma_s3_w8", "single_pass": True}
+    assert forced_options("mma_s3_w8_fused@4096") == {
+        "variant": "mma_s3_w8_fused", "single_pass": False, "partition_size": 4096}
+    with pytest.raises(ValueError, match="VARIANT@PARTITION"):
+        forced_options("mma_s3@two")
