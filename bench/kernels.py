@@ -189,7 +189,7 @@ def contiguous_kv(k_pages: mx.array, v_pages: mx.array, tables: mx.array,
 
 PEERS = ("paged_read", "mlx_sdpa", "torch_sdpa")
 # `--pipelined`: chained calls evaluated this many at a time, each batch's evaluation started
-# before the next is built (about a decode step's attention calls in a small model).
+# before the next is built (fewer than one decode step's attention calls in small models).
 PIPELINE_CALLS = 8
 
 

@@ -25,7 +25,6 @@ def test_gpu_ops_keep_only_gpu_work_in_start_order_and_summarize_gaps(tmp_path):
     assert summarize(ops) == {"fill": (2, 6.0, 2.0), "attn": (2, 60.0, 47.0)}
 
 
-
 def test_forced_options_name_a_variant_and_its_pass():
     assert forced_options("mma_s3_w8") == {"variant": "mma_s3_w8"}
     assert forced_options("mma_s3_w8@1pass") == {"variant": "mma_s3_w8", "single_pass": True}
