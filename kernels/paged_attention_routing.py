@@ -41,6 +41,10 @@ MMA_RESIDENT_THREADGROUPS = 264
 # simdgroups (about 54 GB/s each), so it runs 8 (`mma_s3_w8`: 8 x 32k 269.6 µs against 311.7);
 # from 80 groups 8 contend and lose (11 x 32k: 401.6 against 373.1).
 MMA_WIDE_MAX_GROUPS = 72
+# Head sizes routed to the tensor cores. At head_dim 64, under the same rules as at 128, they
+# took 0.59-0.87x the FMA kernel's time at every shape of the H200 sweep (64 x 32k: 1,057
+# against 1,522 µs); 80, 96 and 256 have no sweep yet.
+MMA_HEAD_DIMS = (64, 128)
 
 
 _DTYPE_NAMES = {mx.float16: "float16", mx.bfloat16: "bfloat16", mx.float32: "float32"}
@@ -67,12 +71,12 @@ def decode_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, 
 def routed_variant(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int,
                    table_tokens: int = 1) -> str:
     """The pass-1 variant the launcher runs when none is asked for, given the block table's
-    width in tokens. On CUDA at head_dim 128 where the tensor cores serve the shape (bf16/fp16,
-    blocks of 16/32): up to FUSED_LONG_CONTEXT tokens `mma_s3_fused` (K/V through a 3-slot
-    cp.async ring), past it `mma_u2_fused` (two sub-pages in registers per step), each the
-    faster of the two in the H200 sweep (docs/kernels.md). Elsewhere, and at head sizes not yet
-    measured, the FMA loop ("")."""
-    if (backend == "cuda" and dtype in (mx.bfloat16, mx.float16) and head_dim == 128
+    width in tokens. On CUDA at the MMA_HEAD_DIMS where the tensor cores serve the shape
+    (bf16/fp16, blocks of 16/32): up to FUSED_LONG_CONTEXT tokens `mma_s3_fused` (K/V through
+    a 3-slot cp.async ring), past it `mma_u2_fused` (two sub-pages in registers per step), each
+    the faster of the two in the H200 sweep at head_dim 128 (docs/kernels.md). Elsewhere, and
+    at head sizes not yet measured, the FMA loop ("")."""
+    if (backend == "cuda" and dtype in (mx.bfloat16, mx.float16) and head_dim in MMA_HEAD_DIMS
             and block_size % 16 == 0):
         return "mma_u2_fused" if table_tokens > FUSED_LONG_CONTEXT else "mma_s3_fused"
     return ""

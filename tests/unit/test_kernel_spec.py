@@ -248,8 +248,11 @@ def test_routing_takes_tensor_cores_and_the_fused_split_k_only_where_measured():
     assert routed_variant("cuda", bf16, 128, 16, 16384) == "mma_s3_fused"
     assert routed_variant("cuda", bf16, 128, 16, 16400) == "mma_u2_fused"
     assert routed_variant("cuda", mx.float16, 128, 32, 32768) == "mma_u2_fused"
+    assert routed_variant("cuda", bf16, 64, 16) == "mma_s3_fused"
+    assert routed_variant("cuda", mx.float16, 64, 32, 32768) == "mma_u2_fused"
     for args in (("metal", bf16, 128, 16), ("cuda", mx.float32, 128, 16),
-                 ("cuda", bf16, 64, 16), ("cuda", bf16, 128, 8)):
+                 ("cuda", bf16, 80, 16), ("cuda", bf16, 96, 16), ("cuda", bf16, 256, 16),
+                 ("cuda", bf16, 128, 8), ("cuda", bf16, 64, 8)):
         assert routed_variant(*args) == "" and routed_variant(*args, 32768) == "", args
     assert routed_partition_size("mma_fused", 2048) == 1024
     assert routed_partition_size("mma_fused", 16384) == 1024
@@ -265,7 +268,8 @@ def test_routing_takes_tensor_cores_and_the_fused_split_k_only_where_measured():
     assert routed_single_pass_variant("cuda", bf16, 128, 16, 1) == "mma_s3_w8"
     assert routed_single_pass_variant("cuda", bf16, 128, 16, 72) == "mma_s3_w8"
     assert routed_single_pass_variant("cuda", bf16, 128, 16, 73) == "mma_s3"
-    assert routed_single_pass_variant("cuda", bf16, 64, 16, 8) == ""
+    assert routed_single_pass_variant("cuda", bf16, 64, 16, 8) == "mma_s3_w8"
+    assert routed_single_pass_variant("cuda", bf16, 96, 16, 8) == ""
     assert routed_single_pass_variant("metal", bf16, 128, 16, 8) == ""
     metal = [s.name for s in routed_specs("metal", bf16, 128, 16, 4, True)]
     assert metal == ["paged_decode_metal_bf16_hd128_bs16_g4_p0_sw",
