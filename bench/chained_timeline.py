@@ -22,7 +22,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from mlx_paged.bench.kernels import contiguous_kv, standard_problem
+from mlx_paged.bench.problems import contiguous_kv, standard_problem
 from mlx_paged.kernels.paged_attention import paged_attention_decode
 
 _GPU_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")

@@ -21,7 +21,7 @@ import time
 
 import mlx.core as mx
 
-from mlx_paged.bench.kernels import contiguous_kv, standard_problem
+from mlx_paged.bench.problems import contiguous_kv, standard_problem
 from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
 
 CALLS = 1000

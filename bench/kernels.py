@@ -10,181 +10,22 @@ output is checked against the paged kernel's, so they all computed the same atte
 from __future__ import annotations
 
 import json
-import math
 import platform
-import statistics
-import time
 from pathlib import Path
 
 import mlx.core as mx
-import numpy as np
 
 from mlx_paged.codegen.build import KernelRenderError
 from mlx_paged.codegen.spec import UnsupportedSpecError
 from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
-from mlx_paged.kernels.paged_attention_reference import gather_pages, paged_attention_reference
+from mlx_paged.kernels.paged_attention_reference import paged_attention_reference
 
 from .paged_read import paged_read
+from .problems import contiguous_kv, make_problem
+from .timing import (copy_bandwidth, cuda_torch, launch_floor, time_mlx, time_mlx_chained,
+                     time_torch, to_torch)
 
 _DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
-
-
-def _median_seconds(run_once, sync, target_s: float, repeats: int) -> float:
-    """Median seconds per call; each sample runs enough calls back to back to last `target_s`."""
-    sync(run_once(1))
-    tic = time.perf_counter()
-    sync(run_once(1))
-    single = time.perf_counter() - tic
-    iters = max(2, min(200, int(target_s / max(single, 1e-6))))
-    samples = []
-    for _ in range(repeats):
-        tic = time.perf_counter()
-        sync(run_once(iters))
-        samples.append((time.perf_counter() - tic) / iters)
-    return statistics.median(samples)
-
-
-def _mlx_sync(outs) -> None:
-    mx.eval(outs)
-    mx.synchronize()
-
-
-def time_mlx(fn, target_s: float = 0.05, repeats: int = 7) -> float:
-    """`fn()` returns an mx.array; calls are queued back to back and evaluated together."""
-    def run(n):
-        return [fn() for _ in range(n)]
-    return _median_seconds(run, _mlx_sync, target_s, repeats)
-
-
-def time_mlx_chained(fn, queries: mx.array, target_s: float = 0.05, repeats: int = 7,
-                     pipeline: int = 0) -> float:
-    """Like `time_mlx`, but each call's queries are the previous call's output, so the calls
-    run one after another as they would in a model (and as torch's do on one stream). Queued
-    calls that share no data may overlap in MLX's CUDA graphs; chained ones cannot.
-
-    `pipeline` > 0: start evaluating every `pipeline` calls (`mx.async_eval`), so building the
-    next ones overlaps the GPU's work, as the engine's lookahead decode overlaps building step
-    t + 1 with step t. 0: build all the calls, then evaluate them (host time adds in full)."""
-    def run(n):
-        q = queries
-        for i in range(n):
-            q = fn(q)
-            if pipeline and (i + 1) % pipeline == 0:
-                mx.async_eval(q)
-        return q
-    return _median_seconds(run, _mlx_sync, target_s, repeats)
-
-
-def time_torch(fn, target_s: float = 0.05, repeats: int = 7) -> float:
-    import torch
-
-    def run(n):
-        return [fn() for _ in range(n)]
-    return _median_seconds(run, lambda _: torch.cuda.synchronize(), target_s, repeats)
-
-
-def copy_bandwidth(nbytes: int = 2 << 30) -> dict:
-    """Device copy bandwidth (bytes read + written per second), with MLX and with torch."""
-    x = mx.random.uniform(shape=(nbytes // 4,))
-    mx.eval(x)
-    result = {"mlx_copy_tb_s": 2 * nbytes / time_mlx(lambda: x + 1.0) / 1e12}
-    torch = _torch()
-    if torch is not None:
-        src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
-        dst = torch.empty_like(src)
-        result["torch_copy_tb_s"] = 2 * nbytes / time_torch(lambda: dst.copy_(src)) / 1e12
-        del src, dst
-    result["copy_tb_s"] = max(result.values())
-    return result
-
-
-def launch_floor() -> dict:
-    """Per-call time of a one-thread custom kernel and of SDPA on a tiny input: below these,
-    a measurement is MLX's dispatch cost, not the kernel's."""
-    backend = current_backend()
-    make = mx.fast.metal_kernel if backend == "metal" else mx.fast.cuda_kernel
-    kernel = make(name="mlx_paged_floor", input_names=["inp"], output_names=["out"],
-                  source="out[0] = inp[0];")
-    x = mx.zeros((1,))
-    mx.eval(x)
-    q = mx.zeros((1, 32, 1, 128), dtype=mx.bfloat16)
-    k = mx.zeros((1, 8, 16, 128), dtype=mx.bfloat16)
-    mx.eval(q, k)
-    return {
-        "custom_kernel_us": time_mlx(lambda: kernel(
-            inputs=[x], output_shapes=[(1,)], output_dtypes=[mx.float32], grid=(1, 1, 1),
-            threadgroup=(1, 1, 1))[0]) * 1e6,
-        "sdpa_16_tokens_us": time_mlx(
-            lambda: mx.fast.scaled_dot_product_attention(q, k, k, scale=1.0)) * 1e6,
-    }
-
-
-def _torch():
-    try:
-        import torch
-        return torch if torch.cuda.is_available() else None
-    except ImportError:
-        return None
-
-
-def _to_torch(a: mx.array):
-    """An MLX array as a CUDA torch tensor with the same values (DLPack, else host memory)."""
-    torch = _torch()
-    try:
-        t = torch.from_dlpack(a)
-        if t.is_cuda:
-            return t.clone()
-    except Exception:  # noqa: BLE001 - any DLPack failure falls back to the host copy
-        pass
-    if a.dtype == mx.bfloat16:
-        host = np.asarray(a.view(mx.uint16))
-        return torch.from_numpy(host.view(np.int16)).cuda().view(torch.bfloat16)
-    return torch.from_numpy(np.array(a)).cuda()
-
-
-def make_problem(batch: int, context: int, *, num_heads: int, num_kv_heads: int, head_dim: int,
-                 block_size: int, dtype, pool_bytes: int, seed: int = 0,
-                 sequential_blocks: bool = False, head_major_pages: bool = False):
-    """Pool, shuffled (or, for comparison, consecutive) block tables and queries for `batch`
-    rows of `context` tokens each. `head_major_pages` stores each page as `[Hkv, block, D]`
-    (one KV head's page contiguous) and hands out the `[block, Hkv, D]` view of it, so the
-    kernels read the same logical pages through other strides."""
-    per_row = math.ceil(context / block_size)
-    block_bytes = 2 * block_size * num_kv_heads * head_dim * dtype.size
-    num_blocks = max(batch * per_row + 1, pool_bytes // block_bytes)
-    rng = np.random.default_rng(seed)
-    ids = np.arange(1, num_blocks) if sequential_blocks else rng.permutation(
-        np.arange(1, num_blocks))
-    ids = ids[:batch * per_row]
-    tables = mx.array(ids.reshape(batch, per_row).astype(np.int32))
-    mx.random.seed(seed)
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    if head_major_pages:
-        shape = (num_blocks, num_kv_heads, block_size, head_dim)
-    k_pages = mx.random.normal(shape).astype(dtype)
-    v_pages = mx.random.normal(shape).astype(dtype)
-    if head_major_pages:
-        k_pages, v_pages = k_pages.swapaxes(1, 2), v_pages.swapaxes(1, 2)
-    queries = mx.random.normal((batch, num_heads, 1, head_dim)).astype(dtype)
-    lens = mx.full((batch,), context, dtype=mx.int32)
-    mx.eval(k_pages, v_pages, queries, tables, lens)
-    return queries, k_pages, v_pages, tables, lens
-
-
-def standard_problem(batch: int, context: int, pool_bytes: int = 4 << 30):
-    """`make_problem` at the shape the issue benchmarks: 32 query / 8 KV heads, head_dim 128,
-    bf16, blocks of 16 (the diagnostics and the pytest-benchmark suite use it)."""
-    return make_problem(batch, context, num_heads=32, num_kv_heads=8, head_dim=128, block_size=16,
-                        dtype=mx.bfloat16, pool_bytes=pool_bytes)
-
-
-def contiguous_kv(k_pages: mx.array, v_pages: mx.array, tables: mx.array,
-                  context: int) -> tuple[mx.array, mx.array]:
-    """The same K/V as dense `(B, Hkv, context, D)` arrays, for the contiguous peers."""
-    k = mx.contiguous(gather_pages(k_pages, tables)[:, :, :context])
-    v = mx.contiguous(gather_pages(v_pages, tables)[:, :, :context])
-    mx.eval(k, v)
-    return k, v
 
 
 PEERS = ("paged_read", "mlx_sdpa", "torch_sdpa")
@@ -290,7 +131,7 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
     if torch_ok:
         import torch
         import torch.nn.functional as F
-        tq, tk, tv = _to_torch(q), _to_torch(k), _to_torch(v)
+        tq, tk, tv = to_torch(q), to_torch(k), to_torch(v)
         del k, v
         gqa = args.num_heads != args.num_kv_heads
         tout = F.scaled_dot_product_attention(tq, tk, tv, scale=scale, enable_gqa=gqa)
@@ -377,7 +218,7 @@ def main(args) -> int:
         print("mlx-paged bench kernels needs MLX on a GPU (Metal or CUDA); this machine runs "
               f"MLX on {mx.default_device()}")
         return 2
-    torch_ok = _torch() is not None
+    torch_ok = cuda_torch() is not None
     copy = copy_bandwidth()
     print("device copy bandwidth (TB/s): " + ", ".join(f"{k} {v:.2f}" for k, v in copy.items()))
     floor = launch_floor()

@@ -17,7 +17,7 @@ import sys
 
 import mlx.core as mx
 
-from mlx_paged.bench.kernels import contiguous_kv, standard_problem
+from mlx_paged.bench.problems import contiguous_kv, standard_problem
 from mlx_paged.bench.paged_read import paged_read
 from mlx_paged.kernels.paged_attention import paged_attention_decode
 

@@ -4,8 +4,9 @@ loop and its tail, and on which SM: the `tr` variant's trace (CUDA), summarised.
     python3 -m mlx_paged.bench.phase_trace BATCH CONTEXT [VARIANT] [PARTITION]
 
 VARIANT is a `tr` spec suffix (default `mma_s3_tr_fused`), PARTITION the split-K length
-(default 1024; 0 for the single pass, with a variant without `fused`, e.g. `mma_s3_tr`). The shape is the kernel benchmark's (32/8 heads, head_dim 128, bf16, blocks of
-16, shuffled pages). It checks the output against MLX's SDPA, then prints each phase's median
+(default 1024; 0 for the single pass, with a variant without `fused`, e.g. `mma_s3_tr`). The
+shape is the kernel benchmark's (32/8 heads, head_dim 128, bf16, blocks of 16, shuffled
+pages). It checks the output against MLX's SDPA, then prints each phase's median
 length, how busy the SMs were streaming K/V, and a coarse timeline of how many threadgroups
 were in each phase.
 """
@@ -104,7 +105,7 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    from mlx_paged.bench.kernels import contiguous_kv, standard_problem
+    from mlx_paged.bench.problems import contiguous_kv, standard_problem
     batch, context = int(argv[0]), int(argv[1])
     variant = argv[2] if len(argv) > 2 else "mma_s3_tr_fused"
     partition = int(argv[3]) if len(argv) > 3 else 1024

@@ -11,7 +11,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from mlx_paged.bench.kernels import contiguous_kv, standard_problem
+from mlx_paged.bench.problems import contiguous_kv, standard_problem
 from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
 from mlx_paged.kernels.paged_attention_reference import paged_attention_reference
 
