@@ -40,7 +40,9 @@ def render_prometheus(engine) -> str:
     metric("mlx_paged_requests_waiting", "gauge", "Requests queued for admission.",
            len(sched.waiting))
     metric("mlx_paged_requests_total", "counter", "Requests received.", m.requests_total)
-    for reason, count in sorted(m.finished.items()):
+    # A copy (one atomic step under the GIL): the engine thread may add a reason meanwhile, and
+    # iterating the live dict would then raise and drop the scrape's connection.
+    for reason, count in sorted(dict(m.finished).items()):
         metric("mlx_paged_requests_finished_total", "counter", "Finished requests by reason.",
                count, f'{{reason="{reason}"}}')
     metric("mlx_paged_prompt_tokens_total", "counter", "Prompt tokens computed.",
