@@ -8,7 +8,8 @@ VARIANT is a `tr` spec suffix (default `mma_s3_tr_fused`), PARTITION the split-K
 shape is the kernel benchmark's (32/8 heads, head_dim 128, bf16, blocks of 16, shuffled
 pages). It checks the output against MLX's SDPA, then prints each phase's median
 length, how busy the SMs were streaming K/V, and a coarse timeline of how many threadgroups
-were in each phase.
+were in each phase: of a call alone on the GPU, and (fused variants) of the last of
+BACK_TO_BACK calls queued together.
 """
 
 from __future__ import annotations
@@ -22,15 +23,20 @@ from mlx_paged.codegen.spec import KernelSpec
 from mlx_paged.kernels.counter_chain import CounterChain
 from mlx_paged.kernels.paged_attention_plan import launch_plan
 
-# Columns of a trace row (see paged_attention.jinja).
-SM, START, LANDED, LOOPED, COUNTED, END, STEPS, MERGED = range(8)
+# Columns of a trace row (see _trace.jinja).
+SM, START, LANDED, LOOPED, COUNTED, END, STEPS, MERGED, LENGTH, ISSUED = range(10)
+COLUMNS = 10
+BACK_TO_BACK = 8
 
 
 def traced_call(queries, k_pages, v_pages, tables, lens, scale: float,
-                variant: str = "mma_s3_tr_fused", partition: int = 1024):
-    """One call of a `tr` variant, evaluated: (output, trace rows, int64 `(rows, 8)`).
+                variant: str = "mma_s3_tr_fused", partition: int = 1024,
+                chain: CounterChain | None = None, evaluate: bool = True):
+    """One call of a `tr` variant, evaluated: (output, trace rows, int64 `(rows, COLUMNS)`).
     `partition` 0 runs the single pass (then `variant` must not be `fused`). Keep the trace
-    alive while tracing more calls: MLX would recycle its buffer, which the CPU has read."""
+    alive while tracing more calls: MLX would recycle its buffer, which the CPU has read.
+    A fused call counts on `chain` (default: a fresh one); `evaluate=False` leaves the call
+    lazy, so several can run back to back, ordered by their shared chain."""
     num_seqs, num_heads, num_queries, head_dim = queries.shape
     _, block_size, num_kv_heads, _ = k_pages.shape
     if not KernelSpec.parse_tuning(variant).get("phase_trace"):
@@ -48,17 +54,18 @@ def traced_call(queries, k_pages, v_pages, tables, lens, scale: float,
         return plan.kernel(
             inputs=inputs + extra, template=[("T", queries.dtype)], grid=plan.grid,
             threadgroup=plan.threadgroup,
-            output_shapes=[queries.shape, *plan.partial_shapes, (rows, 8)]
+            output_shapes=[queries.shape, *plan.partial_shapes, (rows, COLUMNS)]
             + [c.shape for c in extra],
             output_dtypes=[queries.dtype, *partial_dtypes, mx.int64]
             + [mx.int32] * len(extra))
-    outputs = CounterChain().call(plan.groups, launch) if plan.fused else launch()
-    mx.eval(outputs)
+    outputs = (chain or CounterChain()).call(plan.groups, launch) if plan.fused else launch()
+    if evaluate:
+        mx.eval(outputs)
     return outputs[0], outputs[len(plan.partial_shapes) + 1]
 
 
 def summary(trace: np.ndarray, bins: int = 20) -> str:
-    """Phase lengths, SM streaming time and a timeline of a trace (rows of 8, see above)."""
+    """Phase lengths, SM streaming time and a timeline of a trace (rows of COLUMNS)."""
     live = trace[trace[:, START] > 0]
     if not len(live):
         raise ValueError("no threadgroup ran: every row is empty")
@@ -76,6 +83,13 @@ def summary(trace: np.ndarray, bins: int = 20) -> str:
                                                         (end - counted)[merged]))
     out.append("median µs: " + ", ".join(f"{name} {us(np.median(d)):.2f}"
                                             for name, d in phases if len(d)))
+    # The start, split at its dependent loads: seq_lens, then the block ids (whose copies then
+    # issue), then the copies themselves.
+    length, issued = live[:, LENGTH] - t0, live[:, ISSUED] - t0
+    out.append("  of the start: " + ", ".join(
+        f"{name} {us(np.median(d)):.2f}" for name, d in (
+            ("to the length", length - start), ("to the first copies issued", issued - length),
+            ("to their landing", landed - issued))))
     # Per SM: the time some threadgroup on it was inside its loop (streaming K/V).
     streaming = []
     for sm in np.unique(live[:, SM]):
@@ -119,6 +133,15 @@ def main(argv: list[str]) -> int:
     diff = mx.max(mx.abs(out.astype(mx.float32) - ref.astype(mx.float32))).item()
     print(f"B={batch} T={context} {variant} p{partition}: max abs diff vs MLX SDPA {diff:.4f}")
     print(summary(np.array(traces[-1])))
+    if "fused" in variant.split("_"):
+        # As in a decode step or the chained benchmark: the GPU busy with the previous call.
+        chain = CounterChain()
+        calls = [traced_call(q, k_pages, v_pages, tables, lens, 0.088, variant, partition,
+                             chain, evaluate=False) for _ in range(BACK_TO_BACK)]
+        mx.eval(calls)
+        traces.extend(trace for _, trace in calls)
+        print(f"the last of {BACK_TO_BACK} calls back to back (ordered by their counters):")
+        print(summary(np.array(calls[-1][1])))
     return 0 if diff <= 2e-2 else 1
 
 

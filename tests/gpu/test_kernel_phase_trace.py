@@ -22,11 +22,16 @@ def test_traced_call_matches_reference_and_orders_its_phases(variant):
     trace = np.array(trace)
     assert max_error(out, reference(q, k_pages, v_pages, tables, lens_a, 0.088)) \
         <= TOLERANCE[mx.bfloat16]
-    assert trace.shape == (5 * 4 * 2, 8)
+    assert trace.shape == (5 * 4 * 2, phase_trace.COLUMNS)
     live = trace[trace[:, phase_trace.START] > 0]
     assert len(live) == 2 * (1 + 1 + 2 + 5)
     cols = [phase_trace.START, phase_trace.LANDED, phase_trace.LOOPED, phase_trace.COUNTED,
             phase_trace.END]
+    # Without early loads the copies issue after the length is known; with them, before.
+    start = ([phase_trace.START, phase_trace.LENGTH, phase_trace.ISSUED, phase_trace.LANDED]
+             if "ea" not in variant.split("_") else
+             [phase_trace.START, phase_trace.ISSUED, phase_trace.LENGTH, phase_trace.LANDED])
+    assert np.all(np.diff(live[:, start], axis=1) >= 0)
     assert np.all(np.diff(live[:, cols], axis=1) >= 0)
     # One partition of each (sequence, KV head) merged.
     assert live[:, phase_trace.MERGED].sum() == 4 * 2
@@ -43,8 +48,9 @@ def test_traced_single_pass():
     assert max_error(out, reference(q, k_pages, v_pages, tables, lens_a, 0.088)) \
         <= TOLERANCE[mx.bfloat16]
     trace = np.array(trace)
-    assert trace.shape == (3 * 2, 8) and np.all(trace[:, phase_trace.START] > 0)
-    cols = [phase_trace.START, phase_trace.LANDED, phase_trace.LOOPED, phase_trace.END]
+    assert trace.shape == (3 * 2, phase_trace.COLUMNS) and np.all(trace[:, phase_trace.START] > 0)
+    cols = [phase_trace.START, phase_trace.LENGTH, phase_trace.ISSUED, phase_trace.LANDED,
+            phase_trace.LOOPED, phase_trace.END]
     assert np.all(np.diff(trace[:, cols], axis=1) >= 0)
     # Warp 0's steps: ceil(pages / 4) for each row (one sub-page per step at block 16).
     assert sorted(trace[:, phase_trace.STEPS].tolist()) == [1, 1, 5, 5, 79, 79]
