@@ -21,6 +21,7 @@ import numpy as np
 
 from mlx_paged.codegen.spec import KernelSpec
 from mlx_paged.kernels.counter_chain import CounterChain
+from mlx_paged.kernels.kernel_inputs import constant
 from mlx_paged.kernels.paged_attention_plan import launch_plan
 
 # Columns of a trace row (see _trace.jinja).
@@ -46,7 +47,7 @@ def traced_call(queries, k_pages, v_pages, tables, lens, scale: float,
                        block_size, num_kv_heads, tables.shape[1], False, partition or None,
                        not partition, variant, traced=True)
     rows = (plan.grid[0] // plan.threadgroup[0]) * plan.grid[1] * plan.grid[2]
-    inputs = [queries, k_pages, v_pages, tables, lens, mx.array([scale], dtype=mx.float32)]
+    inputs = [queries, k_pages, v_pages, tables, lens, constant(scale, mx.float32, "cuda")]
     partial_dtypes = [mx.float32] * len(plan.partial_shapes)
 
     def launch(counters=None):

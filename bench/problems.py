@@ -8,6 +8,7 @@ import math
 import mlx.core as mx
 import numpy as np
 
+from mlx_paged.kernels.kernel_inputs import input_array
 from mlx_paged.kernels.paged_attention_reference import gather_pages
 
 
@@ -25,7 +26,7 @@ def make_problem(batch: int, context: int, *, num_heads: int, num_kv_heads: int,
     ids = np.arange(1, num_blocks) if sequential_blocks else rng.permutation(
         np.arange(1, num_blocks))
     ids = ids[:batch * per_row]
-    tables = mx.array(ids.reshape(batch, per_row).astype(np.int32))
+    tables = input_array(ids.reshape(batch, per_row))
     mx.random.seed(seed)
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     if head_major_pages:
@@ -35,7 +36,7 @@ def make_problem(batch: int, context: int, *, num_heads: int, num_kv_heads: int,
     if head_major_pages:
         k_pages, v_pages = k_pages.swapaxes(1, 2), v_pages.swapaxes(1, 2)
     queries = mx.random.normal((batch, num_heads, 1, head_dim)).astype(dtype)
-    lens = mx.full((batch,), context, dtype=mx.int32)
+    lens = input_array([context] * batch)
     mx.eval(k_pages, v_pages, queries, tables, lens)
     return queries, k_pages, v_pages, tables, lens
 

@@ -13,6 +13,7 @@ import mlx.core as mx
 
 from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.counter_chain import CounterChain
+from mlx_paged.kernels.kernel_inputs import constant
 from mlx_paged.kernels.paged_attention_plan import launch_plan
 from mlx_paged.kernels.paged_attention_routing import routed_specs
 
@@ -78,9 +79,9 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     if seq_lens.dtype != mx.int32:
         seq_lens = seq_lens.astype(mx.int32)
     inputs = [queries, k_pages, v_pages, block_tables, seq_lens,
-              _constant(float(scale), mx.float32)]
+              constant(float(scale), mx.float32, backend)]
     if window is not None:
-        inputs.append(_constant(int(window), mx.int32))
+        inputs.append(constant(int(window), mx.int32, backend))
     template = [("T", dtype)]
     if not plan.partial_shapes:
         return plan.kernel(inputs=inputs, template=template, grid=plan.grid,
@@ -101,15 +102,6 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     return plan.reduce_kernel(
         inputs=reduce_inputs, template=template, grid=plan.reduce_grid,
         threadgroup=(32, 1, 1), output_shapes=[q_shape], output_dtypes=[dtype])[0]
-
-
-@functools.lru_cache(maxsize=64)
-def _constant(value, dtype) -> mx.array:
-    """A shape-(1,) scalar input, made once per value: a fresh array every call would cost a
-    host-to-device transfer per layer per step."""
-    array = mx.array([value], dtype=dtype)
-    mx.eval(array)
-    return array
 
 
 def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,

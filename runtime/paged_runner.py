@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from mlx_paged.kernels.kernel_inputs import input_array
+
 from .kv_cache_manager import KVCacheManager
 from .model_runner import LookaheadDecoder, ModelRunner, RowOutput
 from .paged_cache import PagedAttentionMetadata, PagedKVPool, PagedLayerCache
@@ -47,11 +49,10 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             slots += [table[p // bs] * bs + p % bs for p in range(start, start + n)]
             slots += [0] * (width - n)  # padding writes land in the null block
         return PagedAttentionMetadata(
-            block_tables=mx.array([t + [0] * (max_blocks - len(t)) for t in tables],
-                                  dtype=mx.int32),
-            context_lens=mx.array([s + n for s, n in zip(starts, counts)], dtype=mx.int32),
-            offsets=mx.array(starts, dtype=mx.int32),
-            slot_mapping=mx.array(slots, dtype=mx.int32),
+            block_tables=input_array([t + [0] * (max_blocks - len(t)) for t in tables]),
+            context_lens=input_array([s + n for s, n in zip(starts, counts)]),
+            offsets=input_array(starts),
+            slot_mapping=input_array(slots),
             num_query_tokens=width)
 
     def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:
