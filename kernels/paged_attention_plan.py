@@ -57,7 +57,7 @@ def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, nu
     if routed:
         variant = routed_variant(backend, dtype, head_dim, block_size, table_tokens)
     if partition_size is None:
-        partition_size = routed_partition_size(variant, table_tokens)
+        partition_size = routed_partition_size(variant, table_tokens, num_seqs * num_kv_heads)
     single, part1, part2 = decode_specs(backend, dtype, head_dim, block_size,
                                         num_heads // num_kv_heads, sliding_window,
                                         partition_size, variant)

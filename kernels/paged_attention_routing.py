@@ -17,6 +17,13 @@ DEFAULT_PARTITION_SIZE = 512
 FUSED_PARTITION_SIZE = 1024
 FUSED_LONG_PARTITION_SIZE = 2048  # past FUSED_LONG_CONTEXT tokens of block table
 FUSED_LONG_CONTEXT = 16384
+# ... except for few (sequence, KV head) groups (under MMA_SINGLE_PASS_MIN_GROUPS): there the
+# length whose threadgroups come closest to two per SM (the most `mma_u2_fused` fits), as in
+# the H200 sweeps with the kernel's tiny inputs out of MLX's small pool (docs/kernels.md):
+# 1 x 32k, 8 groups, ran 58.8 µs at 1024 tokens against 63.6 at 2048; 2 x 32k best at 2048;
+# 4 x 32k 155.0 at 4096 against 158.4 at 2048.
+FEW_GROUPS_PARTITION_SIZES = (1024, 2048, 4096)
+FEW_GROUPS_TARGET_THREADGROUPS = 256
 # `pg` variant: how many threadgroups the launcher aims the partitions at. 132 SMs x 3
 # threadgroups of 152-168 registers on the H200 (`mma_fused`; `u2` fits 2). Measured no faster
 # than the routed partitions (docs/kernels.md), so not routed.
@@ -93,11 +100,17 @@ def routed_single_pass_variant(backend: str, dtype: mx.Dtype, head_dim: int, blo
     return "mma_s3_w8" if groups <= MMA_WIDE_MAX_GROUPS else "mma_s3"
 
 
-def routed_partition_size(variant: str, table_tokens: int) -> int:
-    """Split-K partition length for `variant` when `table_tokens` is the block table's width."""
+def routed_partition_size(variant: str, table_tokens: int, groups: int) -> int:
+    """Split-K partition length for `variant` when `table_tokens` is the block table's width
+    and `groups` the (sequence, KV head) pairs."""
     if "fused" not in variant.split("_"):
         return DEFAULT_PARTITION_SIZE
-    return FUSED_LONG_PARTITION_SIZE if table_tokens > FUSED_LONG_CONTEXT else FUSED_PARTITION_SIZE
+    if table_tokens <= FUSED_LONG_CONTEXT:
+        return FUSED_PARTITION_SIZE
+    if groups >= MMA_SINGLE_PASS_MIN_GROUPS:
+        return FUSED_LONG_PARTITION_SIZE
+    return min(FEW_GROUPS_PARTITION_SIZES, key=lambda size: abs(
+        groups * math.ceil(table_tokens / size) - FEW_GROUPS_TARGET_THREADGROUPS))
 
 
 def grid_partitions(groups: int, max_partitions: int,
@@ -149,10 +162,13 @@ def routed_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, 
             specs.append(spec)
     for tokens in (1, FUSED_LONG_CONTEXT + 1):  # the routing changes only past this width
         variant = routed_variant(backend, dtype, head_dim, block_size, tokens)
-        _, part1, part2 = decode_specs(backend, dtype, head_dim, block_size, gqa,
-                                       sliding_window, routed_partition_size(variant, tokens),
-                                       variant)
-        for spec in [part1] if part1.fused_reduce else [part1, part2]:
-            if spec not in specs:
-                specs.append(spec)
+        sizes = {routed_partition_size(variant, tokens, MMA_SINGLE_PASS_MIN_GROUPS)}
+        if tokens > FUSED_LONG_CONTEXT and "fused" in variant.split("_"):
+            sizes.update(FEW_GROUPS_PARTITION_SIZES)
+        for size in sorted(sizes):
+            _, part1, part2 = decode_specs(backend, dtype, head_dim, block_size, gqa,
+                                           sliding_window, size, variant)
+            for spec in [part1] if part1.fused_reduce else [part1, part2]:
+                if spec not in specs:
+                    specs.append(spec)
     return specs

@@ -78,3 +78,13 @@ def test_cuda_routing_single_pass_from_40_groups_wide_up_to_72(cuda_plans):
     plan = cuda_plans(48, 2048)
     assert plan.kernel.name == prefix + "p2048_mma_u2_fused"
     assert plan.grid[2] == 16
+
+
+def test_cuda_few_groups_on_long_tables_aim_at_256_threadgroups(cuda_plans):
+    prefix = "paged_decode_cuda_bf16_hd128_bs16_g4_"
+    # 1, 2 and 4 sequences of 8 KV heads at 32k tokens: 256 threadgroups of mma_u2 each.
+    for seqs, size in ((1, 1024), (2, 2048), (4, 4096)):
+        plan = cuda_plans(seqs, 2048)
+        assert plan.kernel.name == prefix + f"p{size}_mma_u2_fused"
+        assert plan.fused and plan.grid == (128 * 8, seqs, 32768 // size)
+        assert plan.partial_shapes[1] == (seqs, 32, 32768 // size)

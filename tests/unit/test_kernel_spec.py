@@ -254,17 +254,27 @@ def test_routing_takes_tensor_cores_and_the_fused_split_k_only_where_measured():
                  ("cuda", bf16, 80, 16), ("cuda", bf16, 96, 16), ("cuda", bf16, 256, 16),
                  ("cuda", bf16, 128, 8), ("cuda", bf16, 64, 8)):
         assert routed_variant(*args) == "" and routed_variant(*args, 32768) == "", args
-    assert routed_partition_size("mma_fused", 2048) == 1024
-    assert routed_partition_size("mma_fused", 16384) == 1024
-    assert routed_partition_size("mma_fused", 16400) == 2048
-    assert routed_partition_size("", 32768) == 512
+    assert routed_partition_size("mma_fused", 2048, 8) == 1024
+    assert routed_partition_size("mma_fused", 16384, 8) == 1024
+    assert routed_partition_size("mma_fused", 16400, 40) == 2048
+    assert routed_partition_size("mma_fused", 32768, 384) == 2048
+    assert routed_partition_size("", 32768, 8) == 512
+    # Under 40 groups past 16k tokens: the threadgroups closest to 256.
+    assert routed_partition_size("mma_u2_fused", 32768, 8) == 1024     # 256
+    assert routed_partition_size("mma_u2_fused", 32768, 16) == 2048    # 256
+    assert routed_partition_size("mma_u2_fused", 32768, 32) == 4096    # 256
+    assert routed_partition_size("mma_u2_fused", 32768, 39) == 4096    # 312
+    assert routed_partition_size("mma_u2_fused", 20480, 8) == 1024     # 160
+    assert routed_partition_size("mma_u2_fused", 65536, 8) == 2048     # 256
     cuda = [s.name for s in routed_specs("cuda", bf16, 128, 16, 4, False)]
-    # Two single passes (8 simdgroups up to 72 groups, 4 past), the fused split-K at both
-    # lengths.
+    # Two single passes (8 simdgroups up to 72 groups, 4 past), the fused split-K at 1024
+    # tokens up to 16k, and at each length the few-group rule picks past it.
     assert cuda == ["paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3_w8",
                     "paged_decode_cuda_bf16_hd128_bs16_g4_p0_mma_s3",
                     "paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_fused",
-                    "paged_decode_cuda_bf16_hd128_bs16_g4_p2048_mma_u2_fused"]
+                    "paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_u2_fused",
+                    "paged_decode_cuda_bf16_hd128_bs16_g4_p2048_mma_u2_fused",
+                    "paged_decode_cuda_bf16_hd128_bs16_g4_p4096_mma_u2_fused"]
     assert routed_single_pass_variant("cuda", bf16, 128, 16, 1) == "mma_s3_w8"
     assert routed_single_pass_variant("cuda", bf16, 128, 16, 72) == "mma_s3_w8"
     assert routed_single_pass_variant("cuda", bf16, 128, 16, 73) == "mma_s3"
