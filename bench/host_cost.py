@@ -8,10 +8,12 @@ per call to then evaluate them all. Peers: MLX's SDPA on the same K/V made conti
 one-line `mx.fast.cuda_kernel` (`tiny`), and the same with 18 KB of comment lines in its
 source (`big_src`: MLX rebuilds a custom kernel's source text on every call); `wide` and
 `wide_big_src` are near-empty kernels with the routed kernel's arguments (7 inputs, the
-shapes and strides it reads, 5 outputs), so that `paged` - `wide_big_src` is the launcher's
+shapes and strides it reads, 5 outputs), so that `paged_eager` - `wide_big_src` is the launcher's
 own share, `wide` - `tiny` the arguments' and `big_src` - `tiny` the source text's. The shape is
 the kernel benchmark's (32 query / 8 KV heads, head_dim 128, bf16, blocks of 16, a 4 GiB pool
-with shuffled block ids); default 1 × 2048. Needs MLX on a CUDA GPU.
+with shuffled block ids); default 1 × 2048. `paged` is the launcher as the engine calls it (its
+kernel nodes replayed by `mx.compile`), `paged_eager` the same kernels built anew on every call.
+Needs MLX on a CUDA GPU.
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ def main(argv: list[str]) -> int:
     mx.eval(k, v)
     methods = {
         "paged": lambda x: paged_attention_decode(x, k_pages, v_pages, tables, lens, scale=0.088),
+        "paged_eager": lambda x: paged_attention_decode(x, k_pages, v_pages, tables, lens,
+                                                        scale=0.088, compiled=False),
         "sdpa": lambda x: mx.fast.scaled_dot_product_attention(x, k, v, scale=0.088),
         "tiny": _copy_kernel("host_cost_tiny", 0),
         "big_src": _copy_kernel("host_cost_big", 1500),

@@ -44,7 +44,7 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
                            backend: Optional[str] = None,
                            partition_size: Optional[int] = None,
                            single_pass: Optional[bool] = None,
-                           variant: Optional[str] = None) -> mx.array:
+                           variant: Optional[str] = None, compiled: bool = True) -> mx.array:
     """Decode attention of `(B, Hq, 1, D)` queries over paged K/V, on the GPU kernels.
 
     Each row's one query sits at position `seq_lens[b] - 1` and sees keys `[0, seq_lens[b])`
@@ -56,6 +56,8 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
         partition_size, variant: tuning for kernel authors (benchmarks); `variant` is a
             KernelSpec tuning suffix such as "s2_w8" ("" the FMA loop). None picks the
             routed ones (`routed_variant`, `routed_partition_size`).
+        compiled: False builds the kernel nodes anew on every call (`LaunchPlan.launch_eager`),
+            for `bench/host_cost.py` to compare against.
 
     Raises:
         UnsupportedSpecError: for an input the kernels cannot serve (the message names the spec).
@@ -82,26 +84,10 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
               constant(float(scale), mx.float32, backend)]
     if window is not None:
         inputs.append(constant(int(window), mx.int32, backend))
-    template = [("T", dtype)]
-    if not plan.partial_shapes:
-        return plan.kernel(inputs=inputs, template=template, grid=plan.grid,
-                           threadgroup=plan.threadgroup, output_shapes=[q_shape],
-                           output_dtypes=[dtype])[0]
+    launch = plan.launch if compiled else plan.launch_eager
     if plan.fused:
-        def launch(counters):
-            return plan.kernel(
-                inputs=inputs + [counters], template=template, grid=plan.grid,
-                threadgroup=plan.threadgroup,
-                output_shapes=[q_shape, *plan.partial_shapes, counters.shape],
-                output_dtypes=[dtype, mx.float32, mx.float32, mx.float32, mx.int32])
-        return _COUNTERS.call(plan.groups, launch)[0]
-    partial_out, partial_max, partial_sum = plan.kernel(
-        inputs=inputs, template=template, grid=plan.grid, threadgroup=plan.threadgroup,
-        output_shapes=list(plan.partial_shapes), output_dtypes=[mx.float32] * 3)
-    reduce_inputs = [partial_out, partial_max, partial_sum, seq_lens] + inputs[6:]  # + window
-    return plan.reduce_kernel(
-        inputs=reduce_inputs, template=template, grid=plan.reduce_grid,
-        threadgroup=(32, 1, 1), output_shapes=[q_shape], output_dtypes=[dtype])[0]
+        return _COUNTERS.call(plan.groups, lambda counters: launch(*inputs, counters))[0]
+    return launch(*inputs)
 
 
 def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
