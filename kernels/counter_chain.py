@@ -22,8 +22,9 @@ class CounterChain:
     """The counters the next fused call takes; each call's `counters_next` replaces them.
 
     One chain orders every fused call that goes through it, including calls that share no data
-    (two engines in one process, say). Build fused calls eagerly: a call traced by `mx.compile`
-    would leave a tracer here.
+    (two engines in one process, say). The chain lives outside `mx.compile`: the launcher's
+    compiled launch takes the counters as an input and returns `counters_next`, and a caller
+    that traced a whole step around the launcher would leave a tracer here.
     """
 
     def __init__(self) -> None:

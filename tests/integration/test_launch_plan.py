@@ -88,3 +88,88 @@ def test_cuda_few_groups_on_long_tables_aim_at_256_threadgroups(cuda_plans):
         assert plan.kernel.name == prefix + f"p{size}_mma_u2_fused"
         assert plan.fused and plan.grid == (128 * 8, seqs, 32768 // size)
         assert plan.partial_shapes[1] == (seqs, 32, 32768 // size)
+
+
+class _StandInKernel:
+    """Records each call and computes an answer from the inputs with MLX ops, in place of a
+    custom kernel (which cannot run on this CPU): output 0 is queries * scale + lens[0]
+    broadcast to its shape (a reduce's: the partials summed over partitions + lens[0]); every
+    other output is filled with its index."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, *, inputs, template, grid, threadgroup, output_shapes, output_dtypes):
+        self.calls.append(dict(num_inputs=len(inputs), template=template, grid=grid,
+                               threadgroup=threadgroup, output_shapes=output_shapes,
+                               output_dtypes=output_dtypes))
+        if len(inputs) == 4:  # a reduce: partials (B, H, P, D), maxima, sums, lengths
+            first = inputs[0].sum(axis=2, keepdims=True) + inputs[3][0]
+        else:
+            first = mx.broadcast_to(inputs[0] * inputs[5][0] + inputs[4][0], output_shapes[0])
+        first = first.astype(output_dtypes[0])
+        return [first] + [mx.full(s, i, dtype=d) for i, (s, d) in
+                          enumerate(zip(output_shapes[1:], output_dtypes[1:]), start=1)]
+
+
+def _stand_in_plan(kind):
+    from mlx_paged.kernels.paged_attention_plan import LaunchPlan
+
+    kernel, reduce_kernel = _StandInKernel(), _StandInKernel()
+    partials = () if kind == "single" else ((2, 8, 3, 16), (2, 8, 3), (2, 8, 3))
+    plan = LaunchPlan("spec", kernel, (256, 2, 3), (128, 1, 1), partials, kind == "fused", 4,
+                      (2, 8, 1, 16), mx.float32,
+                      reduce_kernel=reduce_kernel if kind == "two_pass" else None,
+                      reduce_grid=(256, 2, 1))
+    return plan, kernel, reduce_kernel
+
+
+def _stand_in_inputs(seed):
+    mx.random.seed(seed)
+    queries = mx.random.normal((2, 8, 1, 16))
+    pages = mx.zeros((5, 16, 4, 16))
+    return [queries, pages, pages, mx.zeros((2, 3), dtype=mx.int32),
+            mx.array([seed, 7], dtype=mx.int32), mx.array([0.5])]
+
+
+@pytest.mark.parametrize("kind", ["single", "fused", "two_pass"])
+def test_launch_passes_the_plan_to_its_kernels(kind):
+    plan, kernel, reduce_kernel = _stand_in_plan(kind)
+    inputs = _stand_in_inputs(1)
+    extra = [mx.zeros((8,), dtype=mx.int32)] if kind == "fused" else []
+    out = plan.launch_eager(*inputs, *extra)
+    call = kernel.calls[0]
+    assert call["template"] == [("T", mx.float32)] and call["grid"] == (256, 2, 3)
+    assert call["threadgroup"] == (128, 1, 1) and call["num_inputs"] == 6 + len(extra)
+    if kind == "single":
+        assert call["output_shapes"] == [(2, 8, 1, 16)] and call["output_dtypes"] == [mx.float32]
+    elif kind == "fused":
+        out, counters_next = out
+        assert call["output_shapes"] == [(2, 8, 1, 16), *plan.partial_shapes, (8,)]
+        assert call["output_dtypes"] == [mx.float32] * 4 + [mx.int32]
+        assert counters_next.shape == (8,) and counters_next.dtype == mx.int32
+    else:
+        assert call["output_shapes"] == list(plan.partial_shapes)
+        reduce = reduce_kernel.calls[0]
+        assert reduce["grid"] == (256, 2, 1) and reduce["threadgroup"] == (32, 1, 1)
+        assert reduce["num_inputs"] == 4 and reduce["output_shapes"] == [(2, 8, 1, 16)]
+    assert out.shape == (2, 8, 1, 16)
+
+
+@pytest.mark.parametrize("kind", ["single", "fused", "two_pass"])
+def test_compiled_launch_traces_once_and_replays_on_new_inputs(kind):
+    plan, kernel, reduce_kernel = _stand_in_plan(kind)
+    extra = [mx.zeros((8,), dtype=mx.int32)] if kind == "fused" else []
+    answers = []
+    for seed in (1, 2, 3):
+        inputs = _stand_in_inputs(seed)
+        replayed, eager = plan.launch(*inputs, *extra), plan.launch_eager(*inputs, *extra)
+        if kind == "fused":
+            replayed, eager = replayed[0], eager[0]
+        assert mx.array_equal(replayed, eager).item()
+        answers.append(replayed)
+    # One trace, then replays: the kernel was called once by mx.compile and once per eager call.
+    assert len(kernel.calls) == 1 + 3
+    if kind == "two_pass":
+        assert len(reduce_kernel.calls) == 1 + 3
+    assert not mx.array_equal(answers[0], answers[1]).item()
