@@ -2,8 +2,8 @@
 
 Working these out takes several cached lookups keyed on `KernelSpec`s (each hashes about twenty
 fields), and the launcher runs once per layer per decode step, while the GPU kernel takes tens
-of microseconds at small batches. So the whole plan is cached per shape, and a call costs one
-lookup.
+of microseconds at small batches. So the whole plan is cached per shape, a call costs one
+lookup, and the plan's kernel calls run under `mx.compile` (`LaunchPlan.launch`).
 """
 
 from __future__ import annotations
