@@ -146,9 +146,8 @@ def _launch_function(plan: LaunchPlan) -> Callable:
             inputs=list(inputs), template=template, grid=plan.grid,
             threadgroup=plan.threadgroup, output_shapes=list(plan.partial_shapes),
             output_dtypes=[mx.float32] * 3)
-        window = list(inputs[6:])
-        return plan.reduce_kernel(
-            inputs=[*partials, inputs[4], *window], template=template, grid=plan.reduce_grid,
+        return plan.reduce_kernel(  # the partials, seq_lens and the window if any
+            inputs=[*partials, inputs[4], *inputs[6:]], template=template, grid=plan.reduce_grid,
             threadgroup=(32, 1, 1), output_shapes=[out_shape], output_dtypes=[dtype])[0]
 
     if not plan.partial_shapes:
