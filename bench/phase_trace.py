@@ -59,7 +59,7 @@ def traced_call(queries, k_pages, v_pages, tables, lens, scale: float,
             + [c.shape for c in extra],
             output_dtypes=[queries.dtype, *partial_dtypes, mx.int64]
             + [mx.int32] * len(extra))
-    outputs = (chain or CounterChain()).call(plan.groups, launch) if plan.fused else launch()
+    outputs = (chain or CounterChain()).call(plan.counter_slots, launch) if plan.fused else launch()
     if evaluate:
         mx.eval(outputs)
     return outputs[0], outputs[len(plan.partial_shapes) + 1]

@@ -31,19 +31,21 @@ LONG_PARTITION_SIZES = (1024, 2048, 4096, 8192, 16384)
 # `_ea` (with `_mma_sN`) issues the block-id and query loads and the ring's first copies
 # before the sequence length arrives. `_tr` (with `_mma_sN`, single pass or `_fused`; a
 # diagnostic) writes each threadgroup's SM and phase timestamps to an extra output
-# (`bench/phase_trace.py`).
+# (`bench/phase_trace.py`). `_dw2` (with `_mma_sN_fused`) shares a sequence's pages out two
+# at a time from a counter, so the simdgroups that stream fastest take more of them.
 TUNING = (("tensor_cores", "mma"), ("unroll", "u"), ("stages", "s"), ("l2_prefetch", "pf"),
           ("lazy_rescale", "lr"), ("rescale_threshold", "rt"), ("early_loads", "ea"),
           ("phase_trace", "tr"), ("swap_operands", "kq"),
           ("lanes_per_row", "t"),
-          ("chunk", "c"), ("simdgroups", "w"), ("occupancy", "o"), ("fused_reduce", "fused"),
-          ("grid_partitions", "pg"))
+          ("chunk", "c"), ("simdgroups", "w"), ("occupancy", "o"), ("dynamic_pages", "dw"),
+          ("fused_reduce", "fused"), ("grid_partitions", "pg"))
 POWERS_OF_TWO = (0, 1, 2, 4, 8, 16, 32)
 STAGES = (0, 1, 2, 3, 4, 5, 6, 7, 8)  # past 4: the tensor-core ring only
 OCCUPANCIES = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 UNROLLS = (0, 1, 2, 3, 4)
 PREFETCH_DISTANCES = (0, 1, 2, 3, 4, 6, 8, 12, 16)  # sub-pages
 RESCALE_THRESHOLDS = (0, 2, 4, 8)  # log2 units: P values stay below 2^N
+DYNAMIC_PAGES = (0, 1, 2, 4, 8)  # pages a simdgroup takes at a time
 _FLAGS = ("tensor_cores", "lazy_rescale", "early_loads", "phase_trace", "swap_operands",
           "fused_reduce", "grid_partitions")
 OPS = ("paged_decode", "paged_decode_reduce")
@@ -83,6 +85,7 @@ class KernelSpec:
     chunk: int = 0
     simdgroups: int = 0
     occupancy: int = 0
+    dynamic_pages: int = 0
     fused_reduce: bool = False
     grid_partitions: bool = False
 
@@ -94,7 +97,8 @@ class KernelSpec:
                   ("chunk", POWERS_OF_TWO), ("simdgroups", POWERS_OF_TWO[:-1]),
                   ("occupancy", OCCUPANCIES), ("unroll", UNROLLS),
                   ("l2_prefetch", PREFETCH_DISTANCES),
-                  ("rescale_threshold", RESCALE_THRESHOLDS))
+                  ("rescale_threshold", RESCALE_THRESHOLDS),
+                  ("dynamic_pages", DYNAMIC_PAGES))
         for field_name, allowed in checks:
             value = getattr(self, field_name)
             if value not in allowed:
@@ -115,6 +119,10 @@ class KernelSpec:
         if self.grid_partitions and not self.fused_reduce:
             raise UnsupportedSpecError(f"{self.name}: partitions from the grid need the fused "
                                        f"reduce (the reduce kernel's partitions are fixed)")
+        if self.dynamic_pages and (not self.fused_reduce or self.grid_partitions):
+            raise UnsupportedSpecError(f"{self.name}: dwN shares the pages out among the "
+                                       f"partitions of the fused split-K: it needs fused, "
+                                       f"not pg")
         if self.op == "paged_decode_reduce" and self.partition_size == 0:
             raise UnsupportedSpecError(f"{self.name}: the reduce kernel needs a partition size")
         if self.partition_size and self.partition_size % self.block_size:
@@ -159,7 +167,7 @@ class KernelSpec:
             else:
                 raise UnsupportedSpecError(
                     f"{token!r} in {suffix!r} is not a tuning variant "
-                    f"(mma, uN, sN, pfN, lr, rtN, ea, tr, kq, tN, cN, wN, oN, fused, pg)")
+                    f"(mma, uN, sN, pfN, lr, rtN, ea, tr, kq, tN, cN, wN, oN, dwN, fused, pg)")
         return values
 
     @property

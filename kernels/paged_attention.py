@@ -86,7 +86,7 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
         inputs.append(constant(int(window), mx.int32, backend))
     launch = plan.launch if compiled else plan.launch_eager
     if plan.fused:
-        return _COUNTERS.call(plan.groups, lambda counters: launch(*inputs, counters))[0]
+        return _COUNTERS.call(plan.counter_slots, lambda counters: launch(*inputs, counters))[0]
     return launch(*inputs)
 
 

@@ -67,9 +67,10 @@ def geometry(spec: KernelSpec) -> Geometry:
     # measured no faster (docs/kernels.md), so it stays a tuning variant (`_s2`..`_s4`).
     stages = spec.stages or 1
     stage_rows = 0
-    if spec.l2_prefetch or spec.lazy_rescales or spec.early_loads or spec.phase_trace:
-        raise UnsupportedSpecError(f"{spec.name}: pfN, lr, rtN, ea and tr are generated for "
-                                   f"the tensor-core ring only (mma_sN)")
+    if (spec.l2_prefetch or spec.lazy_rescales or spec.early_loads or spec.phase_trace
+            or spec.dynamic_pages):
+        raise UnsupportedSpecError(f"{spec.name}: pfN, lr, rtN, ea, tr and dwN are generated "
+                                   f"for the tensor-core ring only (mma_sN)")
     if stages > 4:
         raise UnsupportedSpecError(f"{spec.name}: rings of more than 4 slots are generated for "
                                    f"the tensor-core path only (mma_sN)")
@@ -129,6 +130,14 @@ def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
     if spec.swap_operands and (stages < 2 or spec.unroll > 1 or spec.head_dim > 128):
         raise UnsupportedSpecError(f"{spec.name}: kq (K as the A operand) is written for the "
                                    f"one-sub-page ring: it needs sN, no uN, head_dim up to 128")
+    if spec.dynamic_pages and (stages < 2 or spec.unroll > 1 or spec.swap_operands
+                               or spec.early_loads or spec.l2_prefetch):
+        raise UnsupportedSpecError(f"{spec.name}: dwN feeds the one-sub-page ring: it needs "
+                                   f"sN, and no uN, kq, ea or pfN")
+    # A step's copies are issued STAGES - 1 steps ahead, at most two grabs past the current.
+    if spec.dynamic_pages and 2 * spec.dynamic_pages * (spec.block_size // 16) < stages - 1:
+        raise UnsupportedSpecError(f"{spec.name}: dw{spec.dynamic_pages} grabs fewer sub-pages "
+                                   f"than the ring's {stages - 1} in flight span")
     if stages > 1 and spec.head_dim % 64:
         raise UnsupportedSpecError(f"{spec.name}: the tensor-core ring swizzles rows in groups "
                                    f"of 8 16-byte chunks (head_dim a multiple of 64)")

@@ -42,9 +42,10 @@ class LaunchPlan:
     threadgroup: tuple[int, int, int]
     partial_shapes: tuple[tuple[int, ...], ...]
     fused: bool
-    groups: int  # (sequence, KV head) pairs: the counters a fused call needs
+    groups: int  # (sequence, KV head) pairs
     out_shape: tuple[int, ...]
     dtype: mx.Dtype
+    counter_slots: int = 0  # the counters a fused call needs (dwN: two per group)
     reduce_kernel: Any = None
     reduce_grid: tuple[int, int, int] = (0, 0, 0)
     launch_eager: Callable = field(init=False, compare=False, repr=False)
@@ -105,8 +106,9 @@ def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, nu
                       (num_seqs, num_heads, num_partitions), (num_seqs, num_heads, num_partitions))
     grid = (tg * num_kv_heads, num_seqs, num_partitions)
     if part1.fused_reduce:
+        slots = groups * (2 if part1.dynamic_pages else 1)  # dwN: a page counter per group
         return LaunchPlan(single.name, build(part1), grid, (tg, 1, 1), partial_shapes, True,
-                          **shapes)
+                          counter_slots=slots, **shapes)
     return LaunchPlan(single.name, build(part1), grid, (tg, 1, 1), partial_shapes, False,
                       reduce_kernel=build(part2), reduce_grid=(num_heads * 32, num_seqs, 1),
                       **shapes)

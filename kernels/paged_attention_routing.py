@@ -69,7 +69,7 @@ def decode_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, 
     args = (backend, _DTYPE_NAMES[dtype], head_dim, block_size, gqa)
     tuning = KernelSpec.parse_tuning(variant)
     single_tuning = {k: v for k, v in tuning.items()  # the split-K-only ones dropped
-                     if k not in ("fused_reduce", "grid_partitions")}
+                     if k not in ("fused_reduce", "grid_partitions", "dynamic_pages")}
     return (KernelSpec("paged_decode", *args, 0, sliding_window, **single_tuning),
             KernelSpec("paged_decode", *args, partition_size, sliding_window, **tuning),
             KernelSpec("paged_decode_reduce", *args, partition_size, sliding_window))

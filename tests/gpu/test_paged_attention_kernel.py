@@ -197,6 +197,33 @@ def test_grid_partitions_match_reference(variant, batch):
         assert max_error(out, reference(*inputs, 0.088, window)) <= TOLERANCE[BF16]
 
 
+@pytest.mark.parametrize("variant", ["mma_s3_dw2_fused", "mma_s3_dw1_fused", "mma_s3_dw4_fused",
+                                     "mma_s3_w8_dw2_fused", "mma_s3_lr_dw2_fused",
+                                     "mma_s6_w1_dw4_fused"])
+def test_dynamic_pages_match_reference(variant):
+    """dwN: the partitions of a sequence share its pages through a counter. Answers stay exact
+    for ragged lengths, partitions left idle by short rows, rows long enough that most grabs
+    are dynamic, sliding windows, blocks of 32 and head_dim 64, with all the calls in one
+    graph (each call zeroes the next one's page and merge counters)."""
+    calls = []
+    long_rows = [int(n) for n in np.random.default_rng(8).integers(1, 9000, size=12)]
+    for seed, lens, window, partition, kv, gqa, hd, bs, dtype in (
+            (3, [1, 700, 2100, 4097, 9000], None, 1024, 8, 4, 128, 16, BF16),
+            (4, [20000], None, 1024, 8, 4, 128, 16, BF16),
+            (5, [3000, 129, 5000], 300, 256, 2, 4, 128, 16, BF16),
+            (6, long_rows, None, 512, 4, 8, 128, 32, F16),
+            (7, [33, 5000, 17], 700, 512, 2, 2, 64, 32, F16),
+            (3, [1, 700, 2100, 4097, 9000], None, 1024, 8, 4, 128, 16, BF16)):
+        inputs = make_case(seed, lens, num_kv_heads=kv, gqa=gqa, head_dim=hd, block_size=bs,
+                           dtype=dtype)
+        out = paged_attention_decode(*inputs, scale=0.088, window=window, single_pass=False,
+                                     partition_size=partition, variant=variant)
+        calls.append((out, reference(*inputs, 0.088, window), dtype))
+    mx.eval([out for out, _, _ in calls])
+    for out, ref, dtype in calls:
+        assert max_error(out, ref) <= TOLERANCE[dtype]
+
+
 @pytest.mark.parametrize("variant", ["mma_s3_ea", "mma_s3_ea_fused", "mma_s3_ea_kq_fused"])
 def test_early_loads_ignore_table_entries_past_the_sequence(variant):
     """ea reads block ids and copies first pages before it knows the length: whatever the

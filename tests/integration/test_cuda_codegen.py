@@ -34,12 +34,14 @@ def test_tuning_variants_compile():
                    "o4", "c2_o5", "fused_pg", "mma_fused_pg", "mma_u2", "mma_u3_fused_pg",
                    "mma_s2", "mma_s3_fused", "mma_u2_s4_fused", "mma_u2_s4_w2",
                    "mma_s3_kq_fused", "mma_s2_kq_w8", "mma_s6_w1_fused", "mma_s8_w1",
-                   "mma_s5_w2_fused"):
+                   "mma_s5_w2_fused", "mma_s3_dw2_fused", "mma_s3_lr_dw1_fused",
+                   "mma_s3_tr_dw4_fused", "mma_s6_w1_dw4_fused"):
         spec = dataclasses.replace(LLAMA, **KernelSpec.parse_tuning(suffix))
         assert check_cuda_source(define(spec)).registers > 0, spec.name
     for name in ("paged_decode_cuda_f16_hd80_bs32_g8_p0_sw_mma",
                  "paged_decode_cuda_bf16_hd64_bs16_g1_p128_mma",
-                 "paged_decode_cuda_f32_hd256_bs32_g7_p256_s2"):
+                 "paged_decode_cuda_f32_hd256_bs32_g7_p256_s2",
+                 "paged_decode_cuda_f16_hd64_bs32_g2_p512_sw_mma_s3_dw2_fused"):
         assert check_cuda_source(define(KernelSpec.parse(name))).registers > 0, name
 
 

@@ -480,3 +480,30 @@ def test_tensor_core_ring_starts_before_the_length_with_ea():
     assert "block_tables_shape[1]" not in late and "k_pages_shape[0]" not in late
     _assert_refused((("mma_ea", "needs sN"), ("mma_u2_s4_ea", "no uN"),
                      ("s2_ea", "tensor-core ring only")))
+
+
+def test_tensor_core_ring_shares_pages_out_dynamically_with_dw():
+    spec = KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_dw2_fused")
+    assert spec.dynamic_pages == 2 and spec.tuning_suffix == "mma_s3_dw2_fused"
+    source = define(spec).source
+    # Every partition sees the whole sequence; the fixed split's count takes part, the merge
+    # counts exactly those, and later grabs come from the group's page counter (slot groups +
+    # group, after the merge counters).
+    assert "int pa_begin = 0;\nint pa_end = pa_len;" in source
+    assert "if (pa_part >= pa_dw_parts) pa_begin = pa_end;" in source
+    assert "const int fr_first = 0;\nconst int fr_count = pa_dw_parts;" in source
+    assert ("const_cast<int*>(counters) + (seq_lens_shape[0] + pa_seq) * pa_num_kv_heads"
+            in source)
+    assert source.count("atomicAdd(dw_work, DW)") == 2  # the first dynamic grab, then each
+    assert "for (int st = 0; ; ++st) {" in source and "mm_steps" not in source
+    static = define(dataclasses.replace(spec, dynamic_pages=0)).source
+    assert "dw_" not in static and "pa_dw_parts" not in static
+    for bad, why in (("mma_s3_dw2", "needs fused"), ("mma_s3_dw2_fused_pg", "not pg"),
+                     ("mma_dw2_fused", "needs sN"), ("mma_u2_s4_dw2_fused", "no uN"),
+                     ("mma_s3_kq_dw2_fused", "no uN, kq"), ("mma_s3_ea_dw2_fused", "ea"),
+                     ("mma_s6_w1_dw2_fused", "dw2 grabs fewer sub-pages than the ring's 5"),
+                     ("s2_dw2_fused", "tensor-core ring only")):
+        with pytest.raises(UnsupportedSpecError, match=re.escape(why)):
+            define(KernelSpec.parse(f"paged_decode_cuda_bf16_hd128_bs16_g4_p1024_{bad}"))
+    with pytest.raises(UnsupportedSpecError, match="dynamic_pages=3 is not generated"):
+        KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p1024_mma_s3_dw3_fused")
