@@ -8,7 +8,7 @@ per call to then evaluate them all. Peers: MLX's SDPA on the same K/V made conti
 one-line `mx.fast.cuda_kernel` (`tiny`), and the same with 18 KB of comment lines in its
 source (`big_src`: MLX rebuilds a custom kernel's source text on every call); `wide` and
 `wide_big_src` are near-empty kernels with the routed kernel's arguments (7 inputs, the
-shapes and strides it reads, 5 outputs), so that `paged_eager` - `wide_big_src` is the launcher's
+shapes and strides it reads, 3 outputs), so that `paged_eager` - `wide_big_src` is the launcher's
 own share, `wide` - `tiny` the arguments' and `big_src` - `tiny` the source text's. The shape is
 the kernel benchmark's (32 query / 8 KV heads, head_dim 128, bf16, blocks of 16, a 4 GiB pool
 with shuffled block ids); default 1 × 2048. `paged` is the launcher as the engine calls it (its
@@ -54,16 +54,16 @@ def _wide_kernel(name: str, padding_lines: int, k_pages, v_pages, tables, lens):
     """A near-empty kernel taking the routed fused kernel's inputs and outputs."""
     source = ("if (threadIdx.x == 0 && blockIdx.x == 0) {\n"
               "  out[0] = queries[0];\n"
-              "  partial_out[0] = float(queries_strides[0] + k_pages_strides[0] + "
+              "  partials[0] = float(queries_strides[0] + k_pages_strides[0] + "
               "v_pages_strides[0] + block_tables_strides[0] + k_pages_shape[0] + "
               "block_tables_shape[1] + seq_lens_shape[0] + counters_shape[0]);\n"
-              "  partial_max[0] = scale[0];\n  partial_sum[0] = float(seq_lens[0]);\n"
+              "  partials[1] = scale[0] + float(seq_lens[0]);\n"
               "  counters_next[0] = counters[0] + block_tables[0];\n}\n"
               + "// padding\n" * padding_lines)
     kernel = mx.fast.cuda_kernel(
         name=name, input_names=["queries", "k_pages", "v_pages", "block_tables", "seq_lens",
                                 "scale", "counters"],
-        output_names=["out", "partial_out", "partial_max", "partial_sum", "counters_next"],
+        output_names=["out", "partials", "counters_next"],
         source=source, ensure_row_contiguous=False)
     scale = mx.array([0.088], dtype=mx.float32)
     counters = mx.zeros((256,), dtype=mx.int32)
@@ -72,9 +72,8 @@ def _wide_kernel(name: str, padding_lines: int, k_pages, v_pages, tables, lens):
     def call(x):
         return kernel(inputs=[x, k_pages, v_pages, tables, lens, scale, counters],
                       template=[("T", x.dtype)], grid=(128, 1, 1), threadgroup=(128, 1, 1),
-                      output_shapes=[x.shape, (1,), (1,), (1,), counters.shape],
-                      output_dtypes=[x.dtype, mx.float32, mx.float32, mx.float32,
-                                     mx.int32])[0]
+                      output_shapes=[x.shape, (2,), counters.shape],
+                      output_dtypes=[x.dtype, mx.float32, mx.int32])[0]
     return call
 
 

@@ -24,7 +24,7 @@ ARCH = "sm_90a"  # what MLX asks NVRTC for on an H100/H200
 _ARG_TYPES = {"block_tables": "int32_t", "seq_lens": "int32_t", "window": "int32_t",
               "counters": "int32_t", "counters_next": "int32_t",
               "scale": "float", "partial_out": "float", "partial_max": "float",
-              "partial_sum": "float", "phase_trace": "int64_t"}
+              "partial_sum": "float", "partials": "float", "phase_trace": "int64_t"}
 
 
 class CudaCheckError(RuntimeError):

@@ -27,8 +27,9 @@ from mlx_paged.kernels.paged_attention_routing import (decode_specs, grid_partit
 @dataclass(frozen=True)
 class LaunchPlan:
     """What one call of a shape launches: pass 1 (or the single pass) and, for the two-pass
-    split-K, the reduce. `partial_shapes` are pass 1's fp32 outputs (none for the single pass);
-    a `fused` pass 1 also takes and returns the counters (`CounterChain`).
+    split-K, the reduce. `partial_shapes` are pass 1's fp32 outputs (none for the single pass,
+    one flat array for the fused split-K); a `fused` pass 1 also takes and returns the counters
+    (`CounterChain`).
 
     `launch(queries, k_pages, v_pages, block_tables, seq_lens, scale[, window][, counters])`
     adds the plan's kernels to MLX's graph and returns the output (and, fused, the next
@@ -106,8 +107,10 @@ def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, nu
                       (num_seqs, num_heads, num_partitions), (num_seqs, num_heads, num_partitions))
     grid = (tg * num_kv_heads, num_seqs, num_partitions)
     if part1.fused_reduce:
+        # The three partials in one flat array (see `paged_attention.jinja`).
+        packed = ((num_seqs * num_heads * num_partitions * (head_dim + 2),),)
         slots = groups * (2 if part1.dynamic_pages else 1)  # dwN: a page counter per group
-        return LaunchPlan(single.name, build(part1), grid, (tg, 1, 1), partial_shapes, True,
+        return LaunchPlan(single.name, build(part1), grid, (tg, 1, 1), packed, True,
                           counter_slots=slots, **shapes)
     return LaunchPlan(single.name, build(part1), grid, (tg, 1, 1), partial_shapes, False,
                       reduce_kernel=build(part2), reduce_grid=(num_heads * 32, num_seqs, 1),
@@ -128,6 +131,7 @@ def _launch_function(plan: LaunchPlan) -> Callable:
     """
     template = [("T", plan.dtype)]
     out_shape, dtype = plan.out_shape, plan.dtype
+    partial_dtypes = [mx.float32] * len(plan.partial_shapes)
 
     def single(*inputs):
         return plan.kernel(inputs=list(inputs), template=template, grid=plan.grid,
@@ -140,7 +144,7 @@ def _launch_function(plan: LaunchPlan) -> Callable:
             inputs=list(inputs), template=template, grid=plan.grid,
             threadgroup=plan.threadgroup,
             output_shapes=[out_shape, *plan.partial_shapes, counters.shape],
-            output_dtypes=[dtype, mx.float32, mx.float32, mx.float32, mx.int32])
+            output_dtypes=[dtype, *partial_dtypes, mx.int32])
         return outputs[0], outputs[-1]
 
     def two_pass(*inputs):

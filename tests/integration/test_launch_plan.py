@@ -73,7 +73,8 @@ def test_cuda_routing_single_pass_from_40_groups_wide_up_to_72(cuda_plans):
     plan = cuda_plans(4, 512)
     assert plan.kernel.name == prefix + "p1024_mma_s3_fused"
     assert plan.fused and plan.grid == (128 * 8, 4, 8)
-    assert plan.partial_shapes == ((4, 32, 8, 128), (4, 32, 8), (4, 32, 8))
+    # Its partials in one array: (4, 32, 8) rows of 128 outputs, a maximum and a sum.
+    assert plan.partial_shapes == ((4 * 32 * 8 * 130,),) and plan.counter_slots == 32
     # 48 sequences (384 groups) past 16k tokens: split-K, 2048-token partitions of mma_u2.
     plan = cuda_plans(48, 2048)
     assert plan.kernel.name == prefix + "p2048_mma_u2_fused"
@@ -87,7 +88,7 @@ def test_cuda_few_groups_on_long_tables_aim_at_256_threadgroups(cuda_plans):
         plan = cuda_plans(seqs, 2048)
         assert plan.kernel.name == prefix + f"p{size}_mma_u2_fused"
         assert plan.fused and plan.grid == (128 * 8, seqs, 32768 // size)
-        assert plan.partial_shapes[1] == (seqs, 32, 32768 // size)
+        assert plan.partial_shapes == ((seqs * 32 * (32768 // size) * 130,),)
 
 
 class _StandInKernel:

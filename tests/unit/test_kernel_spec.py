@@ -226,8 +226,14 @@ def test_fused_and_launch_bound_variants_are_named_and_refused_where_they_cannot
     assert spec.fused_reduce and spec.tensor_cores and spec.tuning_suffix == "mma_fused"
     defn = define(spec)
     # One launch: the counters come in, the answer and the partials go out.
-    assert defn.input_names[-1] == "counters" and defn.output_names[0] == "out"
+    assert defn.input_names[-1] == "counters"
+    assert defn.output_names == ("out", "partials", "counters_next")
     assert "atomicAdd(fr_counter, 1)" in defn.source and "__ldcg(partial_max" in defn.source
+    # The three partials are carved out of the one output (MLX's host time grows per output).
+    assert ("float* partial_max = partials + pa_partial_rows * HEAD_DIM;\n"
+            "float* partial_sum = partial_max + pa_partial_rows;") in defn.source
+    two_pass = define(dataclasses.replace(spec, fused_reduce=False))
+    assert two_pass.output_names == ("partial_out", "partial_max", "partial_sum")
     assert "atomicAdd" not in define(dataclasses.replace(spec, fused_reduce=False)).source
     with pytest.raises(UnsupportedSpecError, match="needs a partition size"):
         KernelSpec.parse("paged_decode_cuda_bf16_hd128_bs16_g4_p0_fused")
