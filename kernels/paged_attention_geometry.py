@@ -164,7 +164,7 @@ def define(spec: KernelSpec) -> KernelDefinition:
         trace = ("phase_trace",) if spec.phase_trace else ()
         if spec.fused_reduce:
             # One array for the three partials: MLX's host time per call grows by about
-            # 1.8 µs with each output (docs/kernels.md, "Where the time goes").
+            # 1.8 µs with each output (docs/benchmarks.md, "MLX's host time per output").
             outputs = ("out", "partials") + trace + ("counters_next",)
         else:
             outputs += trace
