@@ -103,8 +103,6 @@ def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, nu
         return LaunchPlan(single.name, build(single), (tg * num_kv_heads, num_seqs, 1),
                           (tg, 1, 1), (), False, **shapes)
     tg = _threads(part1)
-    partial_shapes = ((num_seqs, num_heads, num_partitions, head_dim),
-                      (num_seqs, num_heads, num_partitions), (num_seqs, num_heads, num_partitions))
     grid = (tg * num_kv_heads, num_seqs, num_partitions)
     if part1.fused_reduce:
         # The three partials in one flat array (see `paged_attention.jinja`).
@@ -112,6 +110,8 @@ def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, nu
         slots = groups * (2 if part1.dynamic_pages else 1)  # dwN: a page counter per group
         return LaunchPlan(single.name, build(part1), grid, (tg, 1, 1), packed, True,
                           counter_slots=slots, **shapes)
+    partial_shapes = ((num_seqs, num_heads, num_partitions, head_dim),
+                      (num_seqs, num_heads, num_partitions), (num_seqs, num_heads, num_partitions))
     return LaunchPlan(single.name, build(part1), grid, (tg, 1, 1), partial_shapes, False,
                       reduce_kernel=build(part2), reduce_grid=(num_heads * 32, num_seqs, 1),
                       **shapes)
