@@ -17,56 +17,24 @@ from mlx_lm.generate import generation_stream
 
 from .config import EngineConfig
 from .contiguous_runner import ContiguousRunner
-from .errors import InvalidRequestError
+from .fault_isolation import SamplingCheck, reset_sampling_state
 from .metrics import EngineMetrics
 from .output_processor import OutputProcessor
-from .paged_setup import build_paged_path
 from .outputs import RequestOutput
+from .paged_setup import build_paged_path
 from .request import Request, RequestStatus
+from .request_checks import context_length, fit_request
+from .request_stream import RequestStream
 from .sampler import make_row_sampling
 from .sampling_params import SamplingParams
 from .scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
-_CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions",
-                 "max_seq_len", "n_ctx")
-
-
-def context_length(config: dict) -> Optional[int]:
-    """The model's context length from its config.json, when it states one."""
-    for source in (config, config.get("text_config") or {}):
-        for key in _CONTEXT_KEYS:
-            if isinstance(source.get(key), int) and source[key] > 0:
-                return source[key]
-    return None
-
-
-class RequestStream:
-    """The consumer's handle on one request: iterate to receive `RequestOutput` increments."""
-
-    def __init__(self, engine: "Engine", request: Request):
-        self.engine = engine
-        self.request = request
-        self.queue: "queue.Queue[RequestOutput]" = queue.Queue()
-
-    @property
-    def request_id(self) -> str:
-        return self.request.request_id
-
-    def get(self, timeout: Optional[float] = None) -> RequestOutput:
-        return self.queue.get(timeout=timeout)
-
-    def __iter__(self):
-        while True:
-            out = self.queue.get()
-            yield out
-            if out.finished:
-                return
-
-    def cancel(self) -> None:
-        """Stop generating and free the request's cache (used when a client goes away)."""
-        self.engine.abort(self.request_id)
+# A request in this many failed steps fails; the others in a failed step are retried.
+MAX_STEP_FAILURES = 2
+# This many failed steps in a row (none succeeding between) and /health reports the engine broken.
+BROKEN_AFTER_FAILED_STEPS = 3
 
 
 class Engine:
@@ -84,7 +52,6 @@ class Engine:
         self.tokenizer = tokenizer
         self.config = config
         self.max_model_len = config.max_model_len or context_length(model_config or {}) or 131072
-        self.vocab_size = len(tokenizer)
         self.kv = None
         if config.kv_paged:
             self.runner, self.kv = build_paged_path(
@@ -101,6 +68,12 @@ class Engine:
         self.outputs = OutputProcessor(tokenizer)
         self.metrics = EngineMetrics()
         self._xtc_special = tuple(tokenizer.encode("\n")) + tuple(sorted(tokenizer.eos_token_ids))
+        logits = model(mx.array([[0]]))  # no cache: only the logits' width and dtype matter
+        # Token ids index both the tokenizer and the logits: the smaller bounds them.
+        self.vocab_size = min(len(tokenizer), logits.shape[-1])
+        self._check_sampling = SamplingCheck(logits.shape[-1], logits.dtype, self._xtc_special)
+        self.failed_steps_in_a_row = 0
+        self.last_step_error: Optional[str] = None
         self._streams: dict[str, RequestStream] = {}
         self._inbox: "queue.Queue[tuple]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
@@ -115,40 +88,13 @@ class Engine:
         """Validate a request against the model; may shorten a default `max_tokens` to fit.
 
         Raises:
-            InvalidRequestError: empty or too-long prompt, `max_tokens` beyond the context, bad ids.
+            InvalidRequestError: empty or too-long prompt, `max_tokens` beyond the context, bad
+                ids or sampling parameters out of range (see `request_checks.fit_request`).
         """
-        if not prompt_token_ids:
-            raise InvalidRequestError("the prompt is empty", param="prompt")
-        if any(not 0 <= t < self.vocab_size for t in prompt_token_ids):
-            raise InvalidRequestError(f"prompt token ids must be in [0, {self.vocab_size})",
-                                      param="prompt")
-        params.validate(vocab_size=self.vocab_size)
-        n = len(prompt_token_ids)
-        room = self.max_model_len - n
-        if room < 1:
-            raise InvalidRequestError(
-                f"the prompt has {n} tokens; this model's context is {self.max_model_len} tokens "
-                f"and needs room for at least one generated token: shorten the prompt",
-                param="messages", code="context_length_exceeded")
-        limit, code = f"the context of {self.max_model_len} tokens", "context_length_exceeded"
-        if self.kv is not None:
-            # The whole request must fit the pool at once (admission keeps one block spare).
-            pool_tokens = (self.kv.block_pool.num_usable_blocks - 1) * self.kv.block_size
-            if pool_tokens - n < room:
-                room = pool_tokens - n
-                limit, code = f"the KV pool of {pool_tokens} tokens (--kv-budget)", \
-                    "kv_cache_too_small"
-            if room < 1:
-                raise InvalidRequestError(
-                    f"the prompt has {n} tokens and does not fit {limit} with room to generate: "
-                    f"shorten the prompt or raise --kv-budget", param="messages", code=code)
-        if params.max_tokens > room:
-            if max_tokens_explicit:
-                raise InvalidRequestError(
-                    f"max_tokens ({params.max_tokens}) plus the prompt ({n} tokens) exceeds "
-                    f"{limit}: ask for at most {room}", param="max_tokens", code=code)
-            params.max_tokens = room
-        return params
+        return fit_request(prompt_token_ids, params, max_tokens_explicit,
+                           vocab_size=self.vocab_size, max_model_len=self.max_model_len,
+                           kv=self.kv, pool_flag="--num-blocks" if self.config.num_blocks
+                           else "--kv-budget")
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: Optional[str] = None) -> RequestStream:
@@ -178,6 +124,25 @@ class Engine:
     @property
     def is_alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and self.error is None
+
+    def health(self) -> tuple[bool, str]:
+        """(healthy, why): its steps are not failing one after another and the thread runs."""
+        if self.failed_steps_in_a_row >= BROKEN_AFTER_FAILED_STEPS:
+            return False, (f"engine broken: the last {self.failed_steps_in_a_row} steps failed "
+                           f"({self.last_step_error})")
+        if not self.is_alive:
+            return False, f"engine stopped: {self.error}" if self.error else "engine stopped"
+        return True, "ok"
+
+    def abort_waiting(self, message: str) -> None:
+        """Fail every request not yet admitted (shutdown: they would not finish in time)."""
+        self._inbox.put(("abort_waiting", message))
+
+    def fail_open_streams(self, message: str) -> None:
+        """End every open stream with an error, from any thread, without waiting for the engine
+        thread (it may be inside a long step)."""
+        for stream in list(self._streams.copy().values()):
+            stream.fail(message)
 
     # ---- engine thread ----------------------------------------------------------------------
 
@@ -213,9 +178,20 @@ class Engine:
     def _apply(self, item: tuple) -> None:
         if item[0] == "add":
             stream = item[1]
+            self.metrics.requests_total += 1
+            try:
+                self._check_sampling(stream.request.sampling_params)
+            except Exception as exc:  # its sampling would throw inside a shared step
+                logger.warning("request %s refused: its sampling failed: %s",
+                               stream.request_id, exc)
+                self.metrics.count_finish("error")
+                stream.fail(f"sampling failed for this request's parameters: {exc}")
+                return
             self._streams[stream.request_id] = stream
             self.scheduler.add_request(stream.request)
-            self.metrics.requests_total += 1
+        elif item[0] == "abort_waiting":
+            for req in list(self.scheduler.waiting):
+                self._fail(req, item[1])
         elif item[0] == "abort":
             stream = self._streams.get(item[1])
             if stream is not None:
@@ -233,10 +209,41 @@ class Engine:
             with mx.stream(self._stream):
                 self._step()
         except Exception as exc:
-            logger.exception("engine step failed; failing the requests in flight")
-            self.runner.reset()
-            for req in self.scheduler.running + self.scheduler.prefilling:
-                self._fail(req, f"engine step failed: {exc}")
+            self._recover(exc)
+        else:
+            self.failed_steps_in_a_row = 0
+
+    def _recover(self, exc: Exception) -> None:
+        """After a failed step: reset MLX's sampling state, fail the requests whose own
+        sampling throws and queue the others again (recomputed from their tokens so far). When
+        no request is to blame, each is retried until it was in `MAX_STEP_FAILURES` failed
+        steps."""
+        self.failed_steps_in_a_row += 1
+        self.last_step_error = f"{type(exc).__name__}: {exc}"
+        logger.error("engine step failed (%d in a row): %s", self.failed_steps_in_a_row,
+                     self.last_step_error, exc_info=self.failed_steps_in_a_row == 1)
+        reset_sampling_state()
+        in_flight = self.scheduler.running + self.scheduler.prefilling
+        culprits = self._failing_sampling(in_flight)
+        for req, message in culprits:
+            self._fail(req, f"sampling failed for this request's parameters: {message}")
+        for req in in_flight if not culprits else ():
+            req.runtime["step_failures"] = failures = req.runtime.get("step_failures", 0) + 1
+            if failures >= MAX_STEP_FAILURES:
+                self._fail(req, f"engine step failed: {self.last_step_error}")
+        self.scheduler.requeue([r for r in in_flight if not r.is_finished])
+        self.runner.reset()  # after the requeue: a lost pool also drops the prefix cache
+
+    def _failing_sampling(self, requests: list[Request]) -> list[tuple[Request, str]]:
+        """The requests whose sampler or logits processors throw, with the error."""
+        failing = []
+        for req in requests:
+            try:
+                if "sampling" in req.runtime:
+                    self._check_sampling.check_row(req.runtime["sampling"])
+            except Exception as exc:
+                failing.append((req, str(exc)))
+        return failing
 
     def _step(self) -> None:
         rows, preempted = self.scheduler.schedule_decode()
@@ -245,9 +252,14 @@ class Engine:
             self.metrics.preemptions_total += len(preempted)
         if rows:
             tic = time.perf_counter()
-            finished = []
+            finished, failed = [], []
             for row in self.runner.decode(rows):
-                out = self.outputs.process(row.request, row.token, row.logprobs)
+                try:
+                    out = self.outputs.process(row.request, row.token, row.logprobs)
+                except Exception as exc:  # this row's text or logprobs: it fails alone
+                    logger.exception("output processing failed for %s", row.request.request_id)
+                    failed.append((row.request, f"output processing failed: {exc}"))
+                    continue
                 self._streams[row.request.request_id].queue.put(out)
                 if out.finished:
                     finished.append(row.request)
@@ -256,6 +268,8 @@ class Engine:
             self.metrics.decode_seconds_total += time.perf_counter() - tic
             if finished:
                 self._finish(finished)
+            for req, message in failed:
+                self._fail(req, message)
         plan = self.scheduler.schedule_prompts()
         for req in plan.joining:
             self._admit(req)

@@ -46,6 +46,7 @@ class PagedKVPool:
                  head_dim: int, dtype=mx.float32):
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
         self.num_blocks, self.block_size = num_blocks, block_size
+        self.page_shape, self.dtype = shape, dtype
         # Set by the paged setup: "metal"/"cuda" when decode runs the generated kernel.
         self.decode_backend: Optional[str] = None
         # (path, phase) -> attention calls, one per layer per forward; shown in /metrics.
@@ -57,6 +58,18 @@ class PagedKVPool:
     @property
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.k_pages + self.v_pages)
+
+    def repair(self) -> bool:
+        """After a failed step: evaluate the pages, or, when their pending writes throw (the
+        step that queued them failed), zero them. True if the pages' contents were lost."""
+        try:
+            mx.eval(self.k_pages, self.v_pages)
+            return False
+        except Exception:
+            self.k_pages = [mx.zeros(self.page_shape, dtype=self.dtype) for _ in self.k_pages]
+            self.v_pages = [mx.zeros(self.page_shape, dtype=self.dtype) for _ in self.v_pages]
+            mx.eval(self.k_pages, self.v_pages)
+            return True
 
     def write(self, layer: int, keys: mx.array, values: mx.array, slot_mapping: mx.array) -> None:
         """Scatter `(B, H, L, D)` keys/values into `layer`'s pages at `slot_mapping`."""

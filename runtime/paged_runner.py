@@ -31,6 +31,8 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
     def reset(self) -> None:
         self.prompt_rows: list[Request] = []
         self.reset_decode()
+        if self.pool.repair():
+            self.kv.block_pool.reset_prefix_cache()  # cached blocks now hold zeros
 
     @property
     def kv_bytes_in_use(self) -> int:

@@ -147,6 +147,20 @@ class Scheduler:
         request.num_preemptions += 1
         self.waiting.appendleft(request)
 
+    def requeue(self, requests: list[Request]) -> None:
+        """Put running or prefilling requests back at the front of the queue, in their order,
+        to be recomputed from their tokens so far (after a failed step)."""
+        for request in reversed(requests):
+            if request in self.running:
+                self.running.remove(request)
+            else:
+                self.prefilling.remove(request)
+            if self.kv is not None:
+                self.kv.free(request)
+            request.num_computed_tokens = 0
+            request.status = RequestStatus.WAITING
+            self.waiting.appendleft(request)
+
     def schedule_prompts(self) -> PromptSchedule:
         """Plan the step's prompt work and advance each prefilling `num_computed_tokens`."""
         out = PromptSchedule()

@@ -14,6 +14,7 @@ from ..errors import InvalidRequestError
 from ..sampling_params import SamplingParams
 
 MAX_TOKENS_LIMIT = 1_000_000
+MAX_JSON_DEPTH = 64
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 # Accepted and ignored: they change nothing a single local model could honour.
@@ -62,17 +63,42 @@ def parse_json_body(raw: bytes) -> dict:
     except json.JSONDecodeError as exc:
         raise _err(f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} "
                    f"column {exc.colno}") from None
+    except RecursionError:
+        raise _err(f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels") from None
     if not isinstance(body, dict):
         raise _err("the request body must be a JSON object")
+    _check_json_values(body)
     return body
 
 
+def _check_json_values(body: dict) -> None:
+    """Refuse nesting deeper than `MAX_JSON_DEPTH` and strings that are not valid Unicode (a
+    lone surrogate from a `\\ud800` escape, which no tokenizer or reply could encode)."""
+    stack = [(body, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise _err(f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+            stack.extend((k, depth) for k in value)
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _err("the request body holds a string with a lone UTF-16 surrogate "
+                           "(an unpaired \\ud800-\\udfff escape), which is not valid Unicode"
+                           ) from None
+
+
 def _check_unsupported(body: dict) -> None:
-    n = body.get("n")
-    if n is not None and n != 1:
-        raise _err("n: only n=1 is supported; send several requests for several completions", "n")
-    if body.get("best_of") not in (1, None):
-        raise _err("best_of: only 1 is supported", "best_of")
+    for name in ("n", "best_of"):
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or value != 1):
+            raise _err(f"{name}: only {name}=1 is supported; send several requests for several "
+                       f"completions", name)
     if body.get("echo"):
         raise _err("echo: echoing the prompt is not supported", "echo")
     if body.get("suffix"):
@@ -187,9 +213,13 @@ def _chat_messages(body: dict) -> list[dict]:
         if msg["content"] is None and not m.get("tool_calls"):
             raise _err(f"messages[{i}].content is required", "messages")
         if m.get("tool_calls"):
+            if not isinstance(m["tool_calls"], list):
+                raise _err(f"messages[{i}].tool_calls must be a list", "messages")
             msg["tool_calls"] = [_tool_call_for_template(tc) for tc in m["tool_calls"]]
         for key in ("name", "tool_call_id"):
             if key in m:
+                if not isinstance(m[key], str):
+                    raise _err(f"messages[{i}].{key} must be a string", "messages")
                 msg[key] = m[key]
         out.append(msg)
     return out
@@ -233,7 +263,7 @@ def parse_chat(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
     except Exception as exc:  # a template raising on odd input is the client's to fix
         raise _err(f"messages could not be rendered with the chat template: {exc}",
                    "messages") from None
-    return ParsedRequest("chat", body.get("model"), list(ids), params, explicit, stream,
+    return ParsedRequest("chat", _model_name(body), list(ids), params, explicit, stream,
                          include_usage, tools or None, params.logprobs, params.top_logprobs,
                          _tokens_as_ids(body))
 
@@ -258,9 +288,13 @@ def parse_completion(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
                    "request)", "prompt")
     params, explicit = _sampling_params(body, defaults, chat=False)
     stream, include_usage = _stream_flags(body)
-    return ParsedRequest("completion", body.get("model"), ids, params, explicit, stream,
+    return ParsedRequest("completion", _model_name(body), ids, params, explicit, stream,
                          include_usage, None, params.logprobs, params.top_logprobs,
                          _tokens_as_ids(body))
+
+
+def _model_name(body: dict) -> Optional[str]:
+    return _typed(body, "model", str, None, label="a string")
 
 
 def _tokens_as_ids(body: dict) -> bool:

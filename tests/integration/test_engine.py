@@ -103,22 +103,6 @@ def test_abort_frees_the_row_and_ends_the_stream(llm):
     assert engine.runner.decode_rows == [] and engine.runner.decode_cache == []
 
 
-def test_failed_step_fails_its_requests_and_engine_goes_on(llm, monkeypatch):
-    engine = llm.engine
-    victim = engine.add_request(llm.encode("hello world"), no_eos(llm, max_tokens=10))
-    for _ in range(3):
-        engine.drain_inbox()
-        engine.step()
-    real_decode = engine.runner.decode
-    monkeypatch.setattr(engine.runner, "decode", lambda rows: 1 / 0)
-    engine.step()
-    monkeypatch.setattr(engine.runner, "decode", real_decode)
-    last = collect(victim)[2]
-    assert last.finish_reason == "error" and "division by zero" in last.error
-    assert not engine.scheduler.has_unfinished_requests()
-    assert llm.generate("hello world", no_eos(llm, max_tokens=3))[0].finish_reason == "length"
-
-
 def test_context_limits(llm):
     engine = llm.engine
     n = engine.max_model_len
