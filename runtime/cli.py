@@ -6,15 +6,14 @@ import argparse
 import logging
 import os
 import re
-import signal
 import sys
-import threading
 from typing import Optional
 
 from .config import EngineConfig
 
 logger = logging.getLogger("mlx_paged")
 
+API_KEY_ENV = "MLX_PAGED_API_KEY"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
           "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
@@ -36,6 +35,20 @@ def _on_off(text: str) -> bool:
     if value in ("off", "false", "0", "no"):
         return False
     raise argparse.ArgumentTypeError("expected on or off")
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -85,19 +98,84 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-prefix-caching", action="store_true",
                    help="turn off automatic prefix caching (paged path)")
     p.add_argument("--api-key", default=None,
-                   help="require 'Authorization: Bearer <key>' on /v1 and /metrics")
+                   help="require 'Authorization: Bearer <key>' on /v1 and /metrics (visible to "
+                        f"other local users in ps: prefer {API_KEY_ENV} or --api-key-file)")
+    p.add_argument("--api-key-file", default=None,
+                   help="read the API key from this file (its first line)")
     p.add_argument("--max-request-bytes", type=parse_size, default=4 * 1024 * 1024,
                    help="largest accepted request body (default 4MiB)")
+    p.add_argument("--request-timeout", type=_positive_float, default=30.0,
+                   help="seconds a client has to send a whole request, headers and body, and "
+                        "that an idle keep-alive connection stays open (default 30)")
+    p.add_argument("--max-connections", type=_positive, default=512,
+                   help="most open client connections; at the cap a new one replaces the "
+                        "longest idle one, or gets 503 when all are busy (default 512)")
     p.add_argument("--allowed-origins", default="*", help="CORS allowed origins (default *)")
-    p.add_argument("--shutdown-grace", type=float, default=10.0,
+    p.add_argument("--shutdown-grace", type=_non_negative_float, default=10.0,
                    help="seconds in-flight requests get to finish on Ctrl-C/SIGTERM (default 10)")
+
+
+def resolve_api_key(args: argparse.Namespace) -> Optional[str]:
+    """The API key from --api-key, --api-key-file or the environment, in that order of
+    precedence; at most one of the flags may be given."""
+    if args.api_key is not None and args.api_key_file is not None:
+        raise ValueError("give either --api-key or --api-key-file, not both")
+    if args.api_key_file is not None:
+        with open(args.api_key_file, encoding="utf-8") as f:
+            key = f.readline().strip()
+        if not key:
+            raise ValueError(f"--api-key-file {args.api_key_file}: the file is empty")
+        return key
+    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
+    if key is not None and not key.strip():
+        raise ValueError("the API key is empty")
+    return key
 
 
 def serve(args: argparse.Namespace) -> int:
     """Load the model, start the engine thread and serve HTTP until a signal arrives."""
+    from .server.listener import make_server
+    from .server.state import ServerState
+    from .server.lifecycle import serve_until_signal
+
+    try:
+        api_key = resolve_api_key(args)
+    except (OSError, ValueError) as exc:
+        logger.error("%s", exc)
+        return 2
+    started = _start_engine(args)
+    if isinstance(started, int):
+        return started
+    engine, model_id = started
+    defaults = {"max_tokens": args.max_tokens, "temperature": args.temp, "top_p": args.top_p,
+                "top_k": args.top_k, "min_p": args.min_p}
+    aliases = {model_id, "default_model"} | ({args.model} if args.model else set())
+    state = ServerState(engine=engine, model_id=model_id, model_aliases=aliases,
+                        defaults=defaults, api_key=api_key,
+                        max_request_bytes=args.max_request_bytes,
+                        allowed_origins=args.allowed_origins,
+                        request_timeout=args.request_timeout,
+                        max_connections=args.max_connections)
+    try:
+        server = make_server(state, args.host, args.port)
+    except OSError as exc:
+        logger.error("cannot bind %s:%d: %s", args.host, args.port, exc)
+        return 1
+    engine.start()
+    host, port = server.server_address[:2]
+    logger.info("serving %s on http://%s:%d (kv path: %s)", model_id, host, port,
+                "paged" if engine.config.kv_paged else "contiguous")
+    print(f"mlx-paged: serving {model_id} on http://{host}:{port}", flush=True)
+    serve_until_signal(server, state, args.shutdown_grace)
+    _exit_now(0)
+    return 0  # not reached
+
+
+def _start_engine(args: argparse.Namespace):
+    """(engine, model id) for the serve flags, or an exit code after logging why the model
+    cannot be served."""
     from .engine import Engine
     from .models.loader import load_model
-    from .server.http import ServerState, make_server, wait_for_idle
 
     config = EngineConfig(kv_paged=args.kv_paged, max_num_seqs=args.decode_concurrency,
                           max_num_prefill_seqs=args.prompt_concurrency,
@@ -116,48 +194,7 @@ def serve(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a model the paged path cannot serve, or a pool too small
         logger.error("%s", exc)
         return 2
-    defaults = {"max_tokens": args.max_tokens, "temperature": args.temp, "top_p": args.top_p,
-                "top_k": args.top_k, "min_p": args.min_p}
-    aliases = {model_id, "default_model"} | ({args.model} if args.model else set())
-    state = ServerState(engine=engine, model_id=model_id, model_aliases=aliases,
-                        defaults=defaults, api_key=args.api_key,
-                        max_request_bytes=args.max_request_bytes,
-                        allowed_origins=args.allowed_origins)
-    try:
-        server = make_server(state, args.host, args.port)
-    except OSError as exc:
-        logger.error("cannot bind %s:%d: %s", args.host, args.port, exc)
-        return 1
-    engine.start()
-    stopping = threading.Event()
-
-    def stop(signum, _frame):
-        stopping.set()
-        state.shutting_down = True
-        logger.info("received %s: no new requests; finishing the ones in flight",
-                    signal.Signals(signum).name)
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    host, port = server.server_address[:2]
-    logger.info("serving %s on http://%s:%d (kv path: %s)", model_id, host, port,
-                "paged" if config.kv_paged else "contiguous")
-    print(f"mlx-paged: serving {model_id} on http://{host}:{port}", flush=True)
-    # HTTP runs on its own thread; the main thread only waits, so signals are handled at once.
-    http_thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                                   name="mlx-paged-http", daemon=True)
-    http_thread.start()
-    while not stopping.wait(0.2):
-        pass
-    server.shutdown()
-    server.server_close()
-    if not wait_for_idle(state, args.shutdown_grace):
-        logger.warning("cancelling requests still running after %.0f s", args.shutdown_grace)
-    engine.shutdown()
-    wait_for_idle(state, 5.0)
-    logger.info("stopped")
-    _exit_now(0)
-    return 0  # not reached
+    return engine, model_id
 
 
 def _exit_now(code: int) -> None:

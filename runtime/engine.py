@@ -103,6 +103,8 @@ class Engine:
         if request_id is not None:
             request.request_id = request_id
         stream = RequestStream(self, request)
+        # Registered at once, so shutdown can end it even while the engine is inside a step.
+        self._streams[request.request_id] = stream
         self._inbox.put(("add", stream))
         return stream
 
@@ -185,9 +187,9 @@ class Engine:
                 logger.warning("request %s refused: its sampling failed: %s",
                                stream.request_id, exc)
                 self.metrics.count_finish("error")
+                self._streams.pop(stream.request_id, None)
                 stream.fail(f"sampling failed for this request's parameters: {exc}")
                 return
-            self._streams[stream.request_id] = stream
             self.scheduler.add_request(stream.request)
         elif item[0] == "abort_waiting":
             for req in list(self.scheduler.waiting):

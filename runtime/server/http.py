@@ -1,105 +1,162 @@
 """The HTTP front end: stdlib `ThreadingHTTPServer`, one thread per connection, feeding the
-engine thread through `Engine.add_request`."""
+engine thread through `Engine.add_request`.
+
+Every reply is OpenAI-shaped JSON, the stdlib's own refusals (bad request lines, oversized
+headers, unknown methods) included; an exception in a handler becomes a logged 500, never a
+dropped connection.
+"""
 
 from __future__ import annotations
 
 import hmac
 import json
 import logging
-import queue
-import select
-import socket
-import threading
-import time
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Optional
 
-from ..engine import Engine
 from ..errors import InvalidRequestError
 from ..metrics import render_prometheus
-from .protocol import ParsedRequest, parse_chat, parse_completion, parse_json_body
-from .responses import SSE_DONE, ResponseBuilder, sse_event, usage
-from .tool_calls import ToolCallExtractor
+from .generation import GenerationMixin
+from .request_body import content_length, parse_json_body, read_exactly
+from .state import ServerState
 
 logger = logging.getLogger("mlx_paged.server")
 
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                404: "not_found_error", 411: "invalid_request_error",
-                413: "invalid_request_error", 503: "service_unavailable", 500: "server_error"}
+_ERROR_TYPES = {401: "authentication_error", 404: "not_found_error", 405: "invalid_request_error",
+                408: "timeout_error", 500: "server_error", 501: "not_implemented_error",
+                503: "service_unavailable", 505: "invalid_request_error"}
+GET_ROUTES = ("/health", "/metrics", "/v1/models")
+POST_ROUTES = ("/v1/chat/completions", "/chat/completions", "/v1/completions")
+GONE = (ConnectionError, TimeoutError)
 
 
-@dataclass
-class ServerState:
-    """What every handler thread shares."""
-
-    engine: Engine
-    model_id: str
-    model_aliases: set[str]
-    defaults: dict
-    api_key: Optional[str] = None
-    max_request_bytes: int = 4 * 1024 * 1024
-    allowed_origins: str = "*"
-    active: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    shutting_down: bool = False
+def error_body(status: int, message: str, param: Optional[str] = None,
+               code: Optional[str] = None) -> bytes:
+    """OpenAI's error shape."""
+    kind = _ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+    return json.dumps({"error": {"message": message, "type": kind, "param": param,
+                                 "code": code}}, ensure_ascii=False).encode()
 
 
-class APIHandler(BaseHTTPRequestHandler):
+class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "mlx-paged"
     state: ServerState  # set on the subclass that `make_server` builds
 
     # ---- plumbing -----------------------------------------------------------------------------
 
+    def setup(self) -> None:
+        self.timeout = self.state.request_timeout + 5  # a stalled write fails after this
+        super().setup()
+
+    def handle_one_request(self) -> None:
+        self.state.guard.waiting(self.connection)
+        self._response_started = False
+        super().handle_one_request()
+
     def log_message(self, fmt, *args):  # headers (and so any API key) are never logged
         logger.info("%s %s", self.address_string(), fmt % args)
+
+    def log_error(self, fmt, *args):  # timeouts and refusals the stdlib reports
+        logger.debug("%s %s", self.address_string(), fmt % args)
+
+    def send_response(self, code: int, message: Optional[str] = None) -> None:
+        self._response_started = True
+        super().send_response(code, message)
+
+    def send_error(self, code: int, message: Optional[str] = None,
+                   explain: Optional[str] = None) -> None:
+        """The stdlib's refusals (400, 414, 431, 501, 505), in OpenAI's shape."""
+        if code == 501 and self.command:
+            message = f"method {self.command} is not supported"
+        if not self.request_version.startswith("HTTP/1."):
+            self.request_version = "HTTP/1.1"  # a bad version: still answer with a status line
+        self.close_connection = True
+        self._send_error(code, message or self.responses.get(code, ("error",))[0])
 
     def _cors(self) -> None:
         self.send_header("Access-Control-Allow-Origin", self.state.allowed_origins)
         self.send_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
         self.send_header("Access-Control-Allow-Headers", "Content-Type, Authorization")
 
-    def _send_bytes(self, status: int, body: bytes, content_type: str) -> None:
+    def _send_bytes(self, status: int, body: bytes, content_type: str, headers=()) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self._cors()
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def _send_json(self, status: int, payload: dict) -> None:
         self._send_bytes(status, json.dumps(payload, ensure_ascii=False).encode(),
                          "application/json")
 
     def _send_error(self, status: int, message: str, param: Optional[str] = None,
-                    code: Optional[str] = None) -> None:
-        self._send_json(status, {"error": {"message": message,
-                                           "type": _ERROR_TYPES.get(status, "invalid_request_error"),
-                                           "param": param, "code": code}})
+                    code: Optional[str] = None, headers=()) -> None:
+        self._send_bytes(status, error_body(status, message, param, code), "application/json",
+                         headers)
 
     def _authorized(self) -> bool:
         key = self.state.api_key
         if key is None:
             return True
-        given = self.headers.get("Authorization", "")
-        ok = given.startswith("Bearer ") and hmac.compare_digest(given[7:].encode(), key.encode())
+        given = self.headers.get_all("Authorization") or []
+        ok = len(given) == 1 and given[0].startswith("Bearer ") and hmac.compare_digest(
+            given[0][7:].encode(), key.encode())
         if not ok:
-            self._send_error(401, "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                             code="invalid_api_key")
+            self._send_error(401, "missing or wrong API key: send one 'Authorization: Bearer "
+                             "<key>' header", code="invalid_api_key")
         return ok
 
-    def _client_gone(self) -> bool:
-        """True once the peer closed its side (checked while waiting, without reading data)."""
+    def _dispatch(self, route) -> None:
+        """Run a route; what it raises becomes a reply, and nothing drops the connection."""
         try:
-            readable, _, _ = select.select([self.connection], [], [], 0)
-            if not readable:
-                return False
-            return self.connection.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):
-            return True
+            if self.state.guard.timed_out(self.connection):
+                self.close_connection = True
+                self._send_error(408, "the request did not arrive within --request-timeout",
+                                 code="request_timeout")
+                return
+            route()
+        except InvalidRequestError as exc:
+            self._reply_error(exc.status, exc.message, exc.param, exc.code)
+        except GONE:
+            self.close_connection = True
+        except Exception as exc:
+            logger.exception("unhandled error answering %s %s", self.command, self.path)
+            self.close_connection = True
+            self._reply_error(500, f"internal server error: {type(exc).__name__}")
+
+    def _reply_error(self, status, message, param=None, code=None) -> None:
+        if self._response_started:
+            return  # a reply is under way: closing the connection is all that is left
+        try:
+            self._send_error(status, message, param, code)
+        except GONE:
+            pass
 
     # ---- routes -------------------------------------------------------------------------------
+
+    def _route(self) -> str:
+        return self.path.split("?", 1)[0].rstrip("/")
+
+    def _method_not_allowed(self, path: str) -> bool:
+        """Answer 404 or 405 unless `self.command` is served at `path`; True if answered."""
+        gets = path in GET_ROUTES or path.startswith("/v1/models/")
+        allowed = ("GET", "HEAD", "OPTIONS") if gets else ("POST", "OPTIONS") \
+            if path in POST_ROUTES else ()
+        if not allowed:
+            self._send_error(404, f"no route for {self.command} {path}")
+            return True
+        if self.command not in allowed:
+            self._send_error(405, f"{self.command} is not allowed on {path}; use {allowed[0]}",
+                             headers=[("Allow", ", ".join(allowed))])
+            return True
+        return False
 
     def do_OPTIONS(self):
         self.send_response(204)
@@ -108,10 +165,29 @@ class APIHandler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def do_GET(self):
-        path = self.path.split("?", 1)[0].rstrip("/")
+        self._dispatch(self._get)
+
+    do_HEAD = do_GET
+
+    def do_POST(self):
+        self._dispatch(self._post)
+
+    def do_PUT(self):
+        self.close_connection = True  # its body, if any, is not read
+        self._dispatch(lambda: self._method_not_allowed(self._route()))
+
+    do_DELETE = do_PATCH = do_PUT
+
+    def _get(self) -> None:
+        self.state.guard.busy(self.connection)
+        path = self._route()
+        if self._method_not_allowed(path):
+            return
         if path == "/health":
-            alive = self.state.engine.is_alive
-            self._send_json(200 if alive else 503, {"status": "ok" if alive else "engine stopped"})
+            healthy, why = self.state.engine.health()
+            if self.state.shutting_down:
+                healthy, why = False, "shutting down"
+            self._send_json(200 if healthy else 503, {"status": why})
         elif path == "/metrics":
             if self._authorized():
                 self._send_bytes(200, render_prometheus(self.state.engine).encode(),
@@ -122,21 +198,15 @@ class APIHandler(BaseHTTPRequestHandler):
                         "owned_by": "mlx-paged"}
                 self._send_json(200, card if path != "/v1/models" else
                                 {"object": "list", "data": [card]})
-        elif path.startswith("/v1/models/"):
-            if self._authorized():
-                self._send_error(404, f"model {path[len('/v1/models/'):]!r} is not served here; "
-                                 f"this server serves {self.state.model_id!r}", "model",
-                                 "model_not_found")
-        else:
-            self._send_error(404, f"no route for GET {path}")
+        elif self._authorized():
+            self._send_error(404, f"model {path[len('/v1/models/'):]!r} is not served here; "
+                             f"this server serves {self.state.model_id!r}", "model",
+                             "model_not_found")
 
-    def do_POST(self):
-        path = self.path.split("?", 1)[0].rstrip("/")
-        routes = {"/v1/chat/completions": parse_chat, "/chat/completions": parse_chat,
-                  "/v1/completions": parse_completion}
-        if path not in routes:
+    def _post(self) -> None:
+        path = self._route()
+        if self._method_not_allowed(path):
             self.close_connection = True
-            self._send_error(404, f"no route for POST {path}")
             return
         if not self._authorized():
             self.close_connection = True
@@ -144,37 +214,28 @@ class APIHandler(BaseHTTPRequestHandler):
         with self.state.lock:
             self.state.active += 1
         try:
-            self._handle_generation(routes[path])
-        except InvalidRequestError as exc:
-            self._send_error(exc.status, exc.message, exc.param, exc.code)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+            body = self._read_body()
+            self.state.guard.busy(self.connection)
+            self.handle_generation(path, parse_json_body(body))
         finally:
             with self.state.lock:
                 self.state.active -= 1
 
     def _read_body(self) -> bytes:
-        length = self.headers.get("Content-Length")
-        if length is None:
-            self.close_connection = True
-            raise InvalidRequestError("a Content-Length header is required", status=411)
         try:
-            n = int(length)
-        except ValueError:
-            self.close_connection = True
-            raise InvalidRequestError("Content-Length is not an integer") from None
-        if n > self.state.max_request_bytes:
-            self.close_connection = True
-            self._discard_body(n)
-            raise InvalidRequestError(
-                f"the request body is {n} bytes; the limit is {self.state.max_request_bytes} "
-                f"(--max-request-bytes)", status=413, code="request_too_large")
-        return self.rfile.read(n)
+            n = content_length(self.headers, self.state.max_request_bytes)
+            return read_exactly(self.rfile.read, n,
+                                lambda: self.state.guard.timed_out(self.connection))
+        except InvalidRequestError as exc:
+            self.close_connection = True  # what is left of the body cannot be trusted
+            if exc.status == 413:
+                self._discard_body(self.headers.get("Content-Length", "0"))
+            raise
 
-    def _discard_body(self, n: int) -> None:
-        """Read and drop a refused body (up to 64 MiB), so the client, still sending, reads our
-        413 instead of a reset connection."""
-        left = min(n, 64 * 1024 * 1024)
+    def _discard_body(self, length: str) -> None:
+        """Read and drop a refused body (up to 64 MiB, within the request deadline), so the
+        client, still sending, reads our 413 instead of a reset connection."""
+        left = min(int(length), 64 * 1024 * 1024)
         try:
             while left > 0:
                 chunk = self.rfile.read(min(left, 1 << 20))
@@ -183,134 +244,3 @@ class APIHandler(BaseHTTPRequestHandler):
                 left -= len(chunk)
         except OSError:
             pass
-
-    def _handle_generation(self, parse) -> None:
-        state = self.state
-        body = parse_json_body(self._read_body())
-        if state.shutting_down:
-            raise InvalidRequestError("the server is shutting down", status=503)
-        req: ParsedRequest = parse(body, state.engine.tokenizer, state.defaults)
-        if req.model is not None and req.model not in state.model_aliases:
-            raise InvalidRequestError(
-                f"model {req.model!r} is not served here; this server serves "
-                f"{state.model_id!r}", param="model", status=404, code="model_not_found")
-        state.engine.check_request(req.prompt_token_ids, req.params, req.max_tokens_explicit)
-        if not state.engine.is_alive:
-            raise InvalidRequestError("the engine is not running", status=503)
-        stream = state.engine.add_request(req.prompt_token_ids, req.params)
-        builder = ResponseBuilder(req.kind, state.model_id, req.tokens_as_ids)
-        tokenizer = state.engine.tokenizer
-        tools = None
-        if req.tools and tokenizer.has_tool_calling:
-            tools = ToolCallExtractor(tokenizer.tool_call_start, tokenizer.tool_call_end,
-                                      tokenizer.tool_parser, req.tools)
-        if req.stream:
-            self._stream_response(req, stream, builder, tools)
-        else:
-            self._full_response(req, stream, builder, tools)
-
-    def _outputs(self, stream):
-        """Yield engine outputs; cancel the request if the client hangs up meanwhile."""
-        while True:
-            try:
-                out = stream.get(timeout=0.25)
-            except queue.Empty:
-                if self._client_gone():
-                    stream.cancel()
-                    return
-                continue
-            yield out
-            if out.finished:
-                return
-
-    @staticmethod
-    def _final_reason(out, tools) -> str:
-        if out.finish_reason == "stop" and tools is not None and tools.num_calls:
-            return "tool_calls"
-        return out.finish_reason
-
-    def _full_response(self, req, stream, builder, tools) -> None:
-        text, calls, logprobs, last = [], [], [], None
-        for out in self._outputs(stream):
-            last = out
-            piece, new_calls = tools.feed(out.text) if tools else (out.text, [])
-            text.append(piece)
-            calls += new_calls
-            logprobs += out.logprobs
-        if last is None or not last.finished:
-            return  # the client left; nobody to answer
-        if last.error or last.finish_reason == "abort":
-            raise InvalidRequestError(last.error or "the request was cancelled",
-                                      status=503 if self.state.shutting_down else 500)
-        if tools:
-            piece, new_calls = tools.flush()
-            text.append(piece)
-            calls += new_calls
-        self._send_json(200, builder.full(
-            text="".join(text), tool_calls=calls, logprobs=logprobs,
-            want_logprobs=req.logprobs, finish_reason=self._final_reason(last, tools),
-            usage_body=usage(last.num_prompt_tokens, last.num_generated_tokens,
-                             last.num_cached_tokens)))
-
-    def _stream_response(self, req, stream, builder, tools) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
-        self._cors()
-        self.end_headers()
-        self.close_connection = True
-        try:
-            if req.kind == "chat":
-                self.wfile.write(sse_event(builder.chunk(role=True)))
-            for out in self._outputs(stream):
-                if out.error or out.finish_reason == "abort":
-                    message = out.error or "the request was cancelled"
-                    self.wfile.write(sse_event({"error": {"message": message,
-                                                          "type": "server_error",
-                                                          "param": None, "code": None}}))
-                    break
-                piece, calls = tools.feed(out.text) if tools else (out.text, [])
-                if out.finished and tools:
-                    rest, more = tools.flush()
-                    piece, calls = piece + rest, calls + more
-                if piece or calls or (out.logprobs and req.logprobs):
-                    self.wfile.write(sse_event(builder.chunk(
-                        text=piece, tool_calls=calls, logprobs=out.logprobs,
-                        want_logprobs=req.logprobs)))
-                if out.finished:
-                    self.wfile.write(sse_event(builder.chunk(
-                        finish_reason=self._final_reason(out, tools))))
-                    if req.include_usage:
-                        self.wfile.write(sse_event(builder.usage_chunk(usage(
-                            out.num_prompt_tokens, out.num_generated_tokens,
-                            out.num_cached_tokens))))
-                self.wfile.flush()
-            self.wfile.write(SSE_DONE)
-            self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            stream.cancel()
-
-
-class _Server(ThreadingHTTPServer):
-    # The stdlib's listen backlog of 5 resets connections when many clients arrive at once.
-    request_queue_size = 512
-
-
-def make_server(state: ServerState, host: str, port: int) -> ThreadingHTTPServer:
-    """Bind the HTTP server (not started) with a handler class bound to `state`."""
-    handler = type("BoundAPIHandler", (APIHandler,), {"state": state})
-    server = _Server((host, port), handler)
-    server.daemon_threads = True
-    return server
-
-
-def wait_for_idle(state: ServerState, timeout: float) -> bool:
-    """Wait until no request is in flight; False if `timeout` passed first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with state.lock:
-            if state.active == 0:
-                return True
-        time.sleep(0.05)
-    return False

@@ -14,7 +14,6 @@ from ..errors import InvalidRequestError
 from ..sampling_params import SamplingParams
 
 MAX_TOKENS_LIMIT = 1_000_000
-MAX_JSON_DEPTH = 64
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 # Accepted and ignored: they change nothing a single local model could honour.
@@ -52,45 +51,6 @@ def _typed(body: dict, name: str, types, default=None, *, label: str):
     if not isinstance(value, types):
         raise _err(f"{name} must be {label}, got {type(value).__name__}", name)
     return value
-
-
-def parse_json_body(raw: bytes) -> dict:
-    """Decode a JSON object body or raise a 400 that says what is wrong with it."""
-    try:
-        body = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise _err("the request body is not UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise _err(f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} "
-                   f"column {exc.colno}") from None
-    except RecursionError:
-        raise _err(f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels") from None
-    if not isinstance(body, dict):
-        raise _err("the request body must be a JSON object")
-    _check_json_values(body)
-    return body
-
-
-def _check_json_values(body: dict) -> None:
-    """Refuse nesting deeper than `MAX_JSON_DEPTH` and strings that are not valid Unicode (a
-    lone surrogate from a `\\ud800` escape, which no tokenizer or reply could encode)."""
-    stack = [(body, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            raise _err(f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels")
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-            stack.extend((k, depth) for k in value)
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
-        elif isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise _err("the request body holds a string with a lone UTF-16 surrogate "
-                           "(an unpaired \\ud800-\\udfff escape), which is not valid Unicode"
-                           ) from None
 
 
 def _check_unsupported(body: dict) -> None:

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from mlx_paged.errors import InvalidRequestError
-from mlx_paged.server.protocol import parse_chat, parse_completion, parse_json_body
+from mlx_paged.server.protocol import parse_chat, parse_completion
+from mlx_paged.server.request_body import parse_json_body
 
 DEFAULTS = {"max_tokens": 64, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0}
 MSG = [{"role": "user", "content": "hello"}]

@@ -1,0 +1,148 @@
+"""The completion routes: validate, queue on the engine, answer whole or as a stream of SSE
+events, and cancel the request when its client hangs up."""
+
+from __future__ import annotations
+
+import queue
+
+from ..errors import InvalidRequestError
+from .client_liveness import INTERIM_CONTINUE, KEEPALIVE_COMMENT, ClientWatch
+from .protocol import ParsedRequest, parse_chat, parse_completion
+from .responses import SSE_DONE, ResponseBuilder, sse_event, usage
+from .tool_calls import ToolCallExtractor
+
+PARSERS = {"/v1/chat/completions": parse_chat, "/chat/completions": parse_chat,
+           "/v1/completions": parse_completion}
+
+
+class GenerationMixin:
+    """Completion handling for the HTTP handler (which provides `state`, `wfile` and the
+    send helpers)."""
+
+    def handle_generation(self, path: str, body: dict) -> None:
+        state = self.state
+        if state.shutting_down:
+            raise InvalidRequestError("the server is shutting down", status=503)
+        req: ParsedRequest = PARSERS[path](body, state.engine.tokenizer, state.defaults)
+        if req.model is not None and req.model not in state.model_aliases:
+            raise InvalidRequestError(
+                f"model {req.model!r} is not served here; this server serves "
+                f"{state.model_id!r}", param="model", status=404, code="model_not_found")
+        state.engine.check_request(req.prompt_token_ids, req.params, req.max_tokens_explicit)
+        if not state.engine.is_alive:
+            raise InvalidRequestError("the engine is not running", status=503)
+        stream = state.engine.add_request(req.prompt_token_ids, req.params)
+        builder = ResponseBuilder(req.kind, state.model_id, req.tokens_as_ids)
+        tokenizer = state.engine.tokenizer
+        tools = None
+        if req.tools and tokenizer.has_tool_calling:
+            tools = ToolCallExtractor(tokenizer.tool_call_start, tokenizer.tool_call_end,
+                                      tokenizer.tool_parser, req.tools)
+        if req.stream:
+            self._stream_response(req, stream, builder, tools)
+        else:
+            self._full_response(req, stream, builder, tools)
+
+    def _write_now(self, data: bytes) -> None:
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _outputs(self, stream, watch: ClientWatch):
+        """Yield engine outputs; cancel the request if the client hangs up meanwhile."""
+        while True:
+            try:
+                out = stream.get(timeout=0.25)
+            except queue.Empty:
+                if watch.gone():
+                    stream.cancel()
+                    return
+                continue
+            yield out
+            if out.finished:
+                return
+
+    @staticmethod
+    def _final_reason(out, tools) -> str:
+        if out.finish_reason == "stop" and tools is not None and tools.num_calls:
+            return "tool_calls"
+        return out.finish_reason
+
+    def _full_response(self, req, stream, builder, tools) -> None:
+        # An interim 100 is the one thing HTTP/1.1 lets us write before the reply.
+        probe = (lambda: self._write_now(INTERIM_CONTINUE)) \
+            if self.request_version == "HTTP/1.1" else None
+        watch = ClientWatch(self.connection, probe, max_probes=2)
+        text, calls, logprobs, last = [], [], [], None
+        for out in self._outputs(stream, watch):
+            last = out
+            piece, new_calls = tools.feed(out.text) if tools else (out.text, [])
+            text.append(piece)
+            calls += new_calls
+            logprobs += out.logprobs
+        if last is None or not last.finished:
+            self.close_connection = True
+            return  # the client left; nobody to answer
+        if last.error or last.finish_reason == "abort":
+            raise InvalidRequestError(last.error or "the request was cancelled",
+                                      status=503 if self.state.shutting_down else 500)
+        if tools:
+            piece, new_calls = tools.flush()
+            text.append(piece)
+            calls += new_calls
+        self._send_json(200, builder.full(
+            text="".join(text), tool_calls=calls, logprobs=logprobs,
+            want_logprobs=req.logprobs, finish_reason=self._final_reason(last, tools),
+            usage_body=usage(last.num_prompt_tokens, last.num_generated_tokens,
+                             last.num_cached_tokens)))
+
+    def _stream_response(self, req, stream, builder, tools) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self._cors()
+        self.end_headers()
+        self.close_connection = True
+        watch = ClientWatch(self.connection, lambda: self._write_now(KEEPALIVE_COMMENT))
+        try:
+            if req.kind == "chat":
+                self.wfile.write(sse_event(builder.chunk(role=True)))
+            for out in self._outputs(stream, watch):
+                if out.error or out.finish_reason == "abort":
+                    self.wfile.write(sse_event({"error": {
+                        "message": out.error or "the request was cancelled",
+                        "type": "server_error", "param": None, "code": None}}))
+                    break
+                self._write_increment(req, builder, tools, out)
+                self.wfile.flush()
+            self.wfile.write(SSE_DONE)
+            self.wfile.flush()
+        except OSError:  # the client went away mid-stream
+            stream.cancel()
+        except Exception:
+            stream.cancel()
+            self._end_stream_with_error("internal server error")
+            raise
+
+    def _write_increment(self, req, builder, tools, out) -> None:
+        piece, calls = tools.feed(out.text) if tools else (out.text, [])
+        if out.finished and tools:
+            rest, more = tools.flush()
+            piece, calls = piece + rest, calls + more
+        if piece or calls or (out.logprobs and req.logprobs):
+            self.wfile.write(sse_event(builder.chunk(
+                text=piece, tool_calls=calls, logprobs=out.logprobs, want_logprobs=req.logprobs)))
+        if out.finished:
+            self.wfile.write(sse_event(builder.chunk(finish_reason=self._final_reason(out, tools))))
+            if req.include_usage:
+                self.wfile.write(sse_event(builder.usage_chunk(usage(
+                    out.num_prompt_tokens, out.num_generated_tokens, out.num_cached_tokens))))
+
+    def _end_stream_with_error(self, message: str) -> None:
+        try:
+            self.wfile.write(sse_event({"error": {"message": message, "type": "server_error",
+                                                  "param": None, "code": None}}))
+            self.wfile.write(SSE_DONE)
+            self.wfile.flush()
+        except OSError:
+            pass

@@ -1,0 +1,41 @@
+"""What the HTTP handler threads share, and waiting for them to go idle."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..engine import Engine
+from .connections import ConnectionGuard
+
+
+@dataclass
+class ServerState:
+    """What every handler thread shares."""
+
+    engine: Engine
+    model_id: str
+    model_aliases: set[str]
+    defaults: dict
+    api_key: Optional[str] = None
+    max_request_bytes: int = 4 * 1024 * 1024
+    allowed_origins: str = "*"
+    request_timeout: float = 30.0
+    max_connections: int = 512
+    active: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    shutting_down: bool = False
+    guard: Optional[ConnectionGuard] = None
+
+
+def wait_for_idle(state: ServerState, timeout: float) -> bool:
+    """Wait until no request is in flight; False if `timeout` passed first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with state.lock:
+            if state.active == 0:
+                return True
+        time.sleep(0.05)
+    return False
