@@ -21,11 +21,12 @@ from .paged_cache import PagedLayerCache, PagedMask
 _original = base.scaled_dot_product_attention
 
 # Families whose attention does not go through base.scaled_dot_product_attention on the K/V the
-# cache returns (mlx-lm 0.32): paging them would silently be wrong, so they are refused.
+# cache returns (mlx-lm 0.32), refused before the probe (`kv_layout.py`) runs them: the probe
+# finds the same for the ones it can run, and its verdict covers families not listed here.
 UNSUPPORTED_MODEL_TYPES = {
     "plamo2", "deepseek_v41", "gemma2", "olmo", "gear", "phi3small", "deepseek_v3", "kimi_k25",
     "kimi_vl", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "kimi_k3", "kimi_linear",
-    "longcat_flash", "longcat_flash_ngram", "mistral4", "mistral3", "bailing_hybrid",
+    "longcat_flash", "longcat_flash_ngram", "mistral4", "bailing_hybrid",
     "bailing_moe_v3", "minimax_m3_vl", "gemma3n", "afm7", "iquestloopcoder", "baichuan_m1",
     "mamba", "mamba2", "rwkv7", "llama4",
 }
@@ -53,8 +54,8 @@ def paged_scaled_dot_product_attention(queries, keys, values, cache, scale: floa
         return paged_attention_reference(
             queries, cache.k_pages, cache.v_pages, meta.block_tables, meta.context_lens,
             meta.query_positions, scale=scale, window=window, sinks=sinks)
-    if hasattr(cache, "observe_queries"):  # the layout probe at load
-        cache.observe_queries(queries)
+    if hasattr(cache, "observe_attention"):  # the layout probe at load
+        cache.observe_attention(queries, keys, values, mask)
     return _original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
 from typing import Optional
 
 import mlx.core as mx
 
 from .attention_hook import check_model_supported, install_attention_hook
 from .kv_cache_manager import KVCacheManager
+from .kv_layout import KVLayout, probe_kv_layout
 from .paged_cache import PagedKVPool
 from .paged_runner import PagedRunner
 
@@ -28,60 +28,6 @@ def device_memory_bytes() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 8 * 2**30
-
-
-class _ProbeCache:
-    """Records the K/V (and, through the attention hook, query) shapes each layer produces and
-    the sliding windows it asks masks for, on a one-token forward."""
-
-    offset = 0
-
-    def __init__(self, sink: list, queries: list, windows: set):
-        self.sink, self.queries, self.windows = sink, queries, windows
-
-    def update_and_fetch(self, keys, values):
-        self.sink.append((keys.shape[1], keys.shape[3], values.shape[3], keys.dtype))
-        return keys, values
-
-    def observe_queries(self, queries) -> None:
-        self.queries.append((queries.shape[1], queries.dtype))
-
-    def make_mask(self, N, return_array=False, window_size=None):
-        self.windows.add(window_size)
-        return None
-
-
-@dataclass(frozen=True)
-class KVLayout:
-    """What the paged pool and the decode kernels need to know about a model's attention."""
-
-    num_layers: int
-    num_kv_heads: int
-    head_dim: int
-    dtype: mx.Dtype
-    num_heads: Optional[int]    # query heads (None when attention bypassed the hook)
-    query_dtype: Optional[mx.Dtype]
-    sliding_window: bool        # some layer attends through a sliding window
-
-
-def probe_kv_layout(model) -> KVLayout:
-    """The K/V layout the model writes, seen on a one-token forward."""
-    seen: list = []
-    queries: list = []
-    windows: set = set()
-    caches = [_ProbeCache(seen, queries, windows) for _ in range(len(model.layers))]
-    mx.eval(model(mx.array([[0]]), cache=caches))
-    shapes = {s[:3] for s in seen}
-    if len(seen) != len(model.layers) or len(shapes) != 1:
-        raise ValueError(f"the paged KV path needs every layer to cache K/V of one shape; "
-                         f"this model's layers give {sorted(shapes)}: use --kv-paged off")
-    heads, k_dim, v_dim = shapes.pop()
-    if k_dim != v_dim:
-        raise ValueError("the paged KV path needs equal K and V head sizes: use --kv-paged off")
-    q_shapes = set(queries)
-    num_heads, q_dtype = q_shapes.pop() if len(q_shapes) == 1 else (None, None)
-    return KVLayout(len(seen), heads, k_dim, seen[0][3], num_heads, q_dtype,
-                    any(w is not None for w in windows))
 
 
 def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> Optional[str]:
@@ -145,6 +91,7 @@ def build_paged_path(model, model_type: str, *, block_size: int,
     num_layers, heads, head_dim, dtype = (layout.num_layers, layout.num_kv_heads,
                                           layout.head_dim, layout.dtype)
     block_bytes = 2 * num_layers * block_size * heads * head_dim * dtype.size
+    flag = "--kv-budget" if num_blocks is None else "--num-blocks"
     if num_blocks is None:
         budget = kv_budget_bytes
         if budget is None:
@@ -153,8 +100,8 @@ def build_paged_path(model, model_type: str, *, block_size: int,
                 budget = min(budget, (max_num_tokens // block_size + 2) * block_bytes)
         num_blocks = budget // block_bytes
     if num_blocks < 2:
-        raise ValueError(f"the KV budget holds {num_blocks} blocks of {block_bytes} bytes; "
-                         f"it needs at least 2: raise --kv-budget")
+        raise ValueError(f"the KV pool holds {num_blocks} blocks of {block_bytes} bytes; "
+                         f"it needs at least 2: raise {flag}")
     pool = PagedKVPool(num_layers, num_blocks, block_size, heads, head_dim, dtype)
     pool.decode_backend = select_decode_kernel(layout, block_size, paged_attention)
     kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching)

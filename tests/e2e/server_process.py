@@ -35,12 +35,15 @@ class Server:
         return self.proc.wait(timeout)
 
 
-def start_server(tmp_path, *args: str, timeout: float = 180) -> Server:
+def start_server(tmp_path, *args: str, timeout: float = 180, env: dict | None = None) -> Server:
+    """Start `mlx-paged serve` with `args` (and `env` added to the environment); returns once
+    /health answers ok."""
     port = free_port()
     log_path = str(tmp_path / f"server-{port}.log")
     log = open(log_path, "w")
     proc = subprocess.Popen([sys.executable, "-m", "mlx_paged", "serve", "--port", str(port),
-                             *args], stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+                             *args], stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, **(env or {})})
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

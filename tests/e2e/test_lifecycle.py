@@ -91,3 +91,76 @@ def test_sigint_with_a_stuck_stream_cancels_it_after_the_grace_period(tmp_path):
     # New connections are refused once shutdown started.
     with pytest.raises(OSError):
         request(srv.url, "GET", "/health")
+
+
+def test_api_key_from_the_environment_or_a_file_stays_out_of_the_command_line(tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text(SECRET + "\n")
+    for args, env in (((), {"MLX_PAGED_API_KEY": SECRET}), (("--api-key-file", str(key_file)), {})):
+        srv = start_server(tmp_path, "--max-tokens", "2", *args, env=env)
+        try:
+            body = {"model": MODEL, "messages": FRANCE}
+            assert request(srv.url, "POST", "/v1/chat/completions", body)[0] == 401
+            ok = {"Authorization": f"Bearer {SECRET}"}
+            assert request(srv.url, "POST", "/v1/chat/completions", body, ok)[0] == 200
+            twice = {"Authorization": [f"Bearer {SECRET}", f"Bearer {SECRET}"]}
+            assert raw_status(srv.url, "/v1/models", twice) == 401
+            assert SECRET not in " ".join(srv.proc.args)
+        finally:
+            assert srv.stop() == 0
+        assert SECRET not in srv.log()
+
+
+def raw_status(url, path, headers: dict) -> int:
+    """GET with headers that may repeat (a list value sends the header once per item)."""
+    host, port = url[len("http://"):].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.putrequest("GET", path)
+    for name, values in headers.items():
+        for value in values if isinstance(values, list) else [values]:
+            conn.putheader(name, value)
+    conn.endheaders()
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def test_sigterm_during_a_long_step_ends_every_stream_and_exits_in_time(tmp_path):
+    """A prompt prefilled in one step keeps the engine busy for tens of seconds on a CPU; the
+    process still exits within the grace period plus a few seconds, the open stream ends with an
+    error event and [DONE], and the prefilling and queued requests get 503."""
+    srv = start_server(tmp_path, "--shutdown-grace", "1", "--prefill-step-size", "4096",
+                       "--decode-concurrency", "2", "--prompt-concurrency", "1")
+    host, port = srv.url[len("http://"):].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    body = {"model": MODEL, "messages": FRANCE, "max_tokens": 2000, "stream": True,
+            "logit_bias": {"2": -100}}
+    conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                 {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    while not resp.fp.readline().startswith(b"data: "):
+        pass
+    results = {}
+
+    def plain(name, content):
+        body = {"model": MODEL, "messages": [{"role": "user", "content": content}],
+                "max_tokens": 4}
+        results[name] = request(srv.url, "POST", "/v1/chat/completions", body)
+
+    long_prompt = threading.Thread(target=plain, args=("prefilling", "tell me a story " * 120))
+    long_prompt.start()
+    time.sleep(1.5)  # its prefill step is running
+    queued = threading.Thread(target=plain, args=("queued", "hello"))
+    queued.start()
+    time.sleep(0.5)
+    start = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    rest = resp.read().decode()
+    assert srv.proc.wait(30) == 0, srv.log()
+    assert time.monotonic() - start < 1 + 6
+    assert '"error"' in rest and rest.rstrip().endswith("data: [DONE]")
+    long_prompt.join(10)
+    queued.join(10)
+    for name in ("prefilling", "queued"):
+        status, data = results[name]
+        assert status == 503 and "shutting down" in json.loads(data)["error"]["message"], name

@@ -1,0 +1,42 @@
+"""Which models the paged path serves is decided by running them: hybrids (recurrent or
+convolution state) and latent attention are refused at load with the way out; a wrapper around
+a supported text model runs exactly as the contiguous path does."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlx_paged import LLM, SamplingParams
+
+REFUSED = {
+    "lfm2": "state other than a K/V cache",
+    "qwen3_next": "state other than a K/V cache",
+    "nemotron_h": "state other than a K/V cache",
+    "falcon_h1": "state other than a K/V cache",
+    "mistral3:mistral4": "K/V other than the ones it cached",
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(REFUSED))
+def test_models_the_paged_path_cannot_serve_are_refused_with_the_way_out(tiny_model_dir,
+                                                                        model_type):
+    with pytest.raises(ValueError) as info:
+        LLM(str(tiny_model_dir(model_type)), num_blocks=16)
+    message = str(info.value)
+    assert REFUSED[model_type] in message and "--kv-paged off" in message
+
+
+def test_latent_attention_is_refused_by_its_behaviour_not_by_a_list(tiny_model_dir):
+    from mlx_paged.attention_hook import UNSUPPORTED_MODEL_TYPES
+
+    assert "mistral3" not in UNSUPPORTED_MODEL_TYPES  # only the probe refuses mistral3:mistral4
+
+
+def test_mistral3_around_ministral3_is_served_exactly(tiny_model_dir):
+    path = str(tiny_model_dir("mistral3:ministral3"))
+    prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
+    params = SamplingParams(max_tokens=12, ignore_eos=True)
+    paged = LLM(path, num_blocks=32).generate(prompts, params)
+    contiguous = LLM(path, kv_paged=False).generate(prompts, params)
+    assert [r.token_ids for r in paged] == [r.token_ids for r in contiguous]
+    assert all(len(r.token_ids) == 12 for r in paged)
