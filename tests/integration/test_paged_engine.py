@@ -73,6 +73,12 @@ def test_a_request_that_can_never_fit_is_refused(tiny_model_dir):
     with pytest.raises(InvalidRequestError) as info:
         llm.generate("hello world", SamplingParams(max_tokens=40))
     assert info.value.code == "kv_cache_too_small"
+    assert "--num-blocks" in info.value.message  # the flag that sized this pool
+    budget = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4,
+                 kv_budget_bytes=llm.engine.runner.pool.nbytes)
+    with pytest.raises(InvalidRequestError) as info:
+        budget.generate("hello world", SamplingParams(max_tokens=40))
+    assert "--kv-budget" in info.value.message
 
 
 def test_smollm2_paged_equals_generate(smollm2_dir):

@@ -68,3 +68,24 @@ def test_bench_kernels_rejects_a_skip_that_matches_no_column(capsys):
     assert main(["bench", "kernels", "--skip", "paged_2pass_p4096"]) == 2
     out = capsys.readouterr().out
     assert "--skip paged_2pass_p4096: no such column" in out and "paged_read" in out
+
+
+def test_api_key_sources(tmp_path, monkeypatch):
+    from mlx_paged.cli import API_KEY_ENV, build_parser, resolve_api_key
+
+    def key(*argv):
+        return resolve_api_key(build_parser().parse_args(["serve", *argv]))
+
+    monkeypatch.delenv(API_KEY_ENV, raising=False)
+    assert key() is None
+    monkeypatch.setenv(API_KEY_ENV, "from-env")
+    assert key() == "from-env"
+    assert key("--api-key", "flag") == "flag"
+    path = tmp_path / "key"
+    path.write_text("from-file\nignored\n")
+    assert key("--api-key-file", str(path)) == "from-file"
+    path.write_text("\n")
+    with pytest.raises(ValueError, match="empty"):
+        key("--api-key-file", str(path))
+    with pytest.raises(ValueError, match="not both"):
+        key("--api-key", "x", "--api-key-file", str(path))

@@ -11,6 +11,10 @@ from mlx_paged.sampling_params import SamplingParams
     ("frequency_penalty", -2.5), ("repetition_context_size", 0), ("seed", "7"),
     ("seed", 1.5), ("top_logprobs", 21), ("top_logprobs", -1), ("xtc_probability", 1.5),
     ("stop", [""]), ("stop", ["x"] * 17), ("stop", ["y" * 257]), ("logit_bias", {1: 500}),
+    # Values MLX cannot hold, which used to throw inside the shared engine step.
+    ("repetition_penalty", 10**19), ("repetition_penalty", 101), ("logit_bias", {5: 10**19}),
+    ("repetition_context_size", 10**19), ("presence_context_size", 2**31),
+    ("seed", -1), ("seed", 2**64), ("seed", True), ("stop_token_ids", [1.5]),
 ])
 def test_out_of_range_fields_name_themselves(field, value):
     with pytest.raises(InvalidRequestError) as info:
@@ -41,3 +45,16 @@ def test_token_ids_are_checked_against_the_vocabulary():
         SamplingParams(stop_token_ids=[60]).validate(vocab_size=50)
     assert info.value.param == "stop_token_ids"
     SamplingParams(logit_bias={49: -1.0}, stop_token_ids=[0]).validate(vocab_size=50)
+
+
+def test_top_k_must_be_below_the_vocabulary():
+    with pytest.raises(InvalidRequestError) as info:
+        SamplingParams(temperature=1.0, top_k=50).validate(vocab_size=50)
+    assert info.value.param == "top_k" and "0 turns it off" in info.value.message
+    SamplingParams(temperature=1.0, top_k=49).validate(vocab_size=50)
+
+
+def test_numbers_reach_mlx_as_floats_and_seeds_span_64_bits():
+    p = SamplingParams(temperature=1, repetition_penalty=2, logit_bias={3: 7}, seed=2**64 - 1)
+    assert isinstance(p.temperature, float) and isinstance(p.repetition_penalty, float)
+    assert isinstance(p.logit_bias[3], float) and p.seed == 2**64 - 1

@@ -1,0 +1,60 @@
+"""The connection cap and request deadlines, on real socket pairs."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from mlx_paged.server.connections import ConnectionGuard
+
+
+@pytest.fixture
+def guard():
+    g = ConnectionGuard(max_connections=2, request_timeout=0.5)
+    yield g
+    g.close()
+
+
+@pytest.fixture
+def pairs():
+    made = [socket.socketpair() for _ in range(3)]
+    yield made
+    for a, b in made:
+        a.close()
+        b.close()
+
+
+def test_at_the_cap_a_newcomer_replaces_the_longest_waiting(guard, pairs):
+    (a, _), (b, _), (c, _) = pairs
+    assert guard.admit(a) and guard.admit(b)
+    assert guard.admit(c) and guard.num_open == 2
+    a.settimeout(5)
+    assert a.recv(1) == b""  # its read side was shut: the handler sees end-of-file
+
+
+def test_when_all_are_busy_a_newcomer_is_refused(guard, pairs):
+    (a, _), (b, _), (c, _) = pairs
+    guard.admit(a)
+    guard.admit(b)
+    guard.busy(a)
+    guard.busy(b)
+    assert not guard.admit(c)
+    guard.release(a)
+    assert guard.admit(c)
+
+
+def test_a_request_past_its_deadline_is_cut_and_a_busy_one_is_not(guard, pairs):
+    (a, _), (b, _), _ = pairs
+    guard.admit(a)
+    guard.admit(b)
+    guard.busy(b)
+    a.settimeout(5)
+    start = time.monotonic()
+    assert a.recv(1) == b""
+    assert 0.4 < time.monotonic() - start < 2 and guard.timed_out(a)
+    assert not guard.timed_out(b)
+    guard.waiting(b)  # its response is done: the next request has a deadline again
+    b.settimeout(5)
+    assert b.recv(1) == b"" and guard.timed_out(b)
