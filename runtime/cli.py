@@ -134,9 +134,9 @@ def resolve_api_key(args: argparse.Namespace) -> Optional[str]:
 
 def serve(args: argparse.Namespace) -> int:
     """Load the model, start the engine thread and serve HTTP until a signal arrives."""
+    from .server.lifecycle import serve_until_signal
     from .server.listener import make_server
     from .server.state import ServerState
-    from .server.lifecycle import serve_until_signal
 
     try:
         api_key = resolve_api_key(args)
