@@ -140,12 +140,8 @@ class Scheduler:
 
     def preempt(self, request: Request) -> None:
         """Free the request's blocks and put it back at the front of the queue (recompute)."""
-        self.running.remove(request)
-        self.kv.free(request)
-        request.num_computed_tokens = 0
-        request.status = RequestStatus.WAITING
+        self.requeue([request])
         request.num_preemptions += 1
-        self.waiting.appendleft(request)
 
     def requeue(self, requests: list[Request]) -> None:
         """Put running or prefilling requests back at the front of the queue, in their order,

@@ -15,6 +15,11 @@ PARSERS = {"/v1/chat/completions": parse_chat, "/chat/completions": parse_chat,
            "/v1/completions": parse_completion}
 
 
+def _sse_error(message: str) -> bytes:
+    return sse_event({"error": {"message": message, "type": "server_error", "param": None,
+                                "code": None}})
+
+
 class GenerationMixin:
     """Completion handling for the HTTP handler (which provides `state`, `wfile` and the
     send helpers)."""
@@ -109,9 +114,7 @@ class GenerationMixin:
                 self.wfile.write(sse_event(builder.chunk(role=True)))
             for out in self._outputs(stream, watch):
                 if out.error or out.finish_reason == "abort":
-                    self.wfile.write(sse_event({"error": {
-                        "message": out.error or "the request was cancelled",
-                        "type": "server_error", "param": None, "code": None}}))
+                    self.wfile.write(_sse_error(out.error or "the request was cancelled"))
                     break
                 self._write_increment(req, builder, tools, out)
                 self.wfile.flush()
@@ -140,8 +143,7 @@ class GenerationMixin:
 
     def _end_stream_with_error(self, message: str) -> None:
         try:
-            self.wfile.write(sse_event({"error": {"message": message, "type": "server_error",
-                                                  "param": None, "code": None}}))
+            self.wfile.write(_sse_error(message))
             self.wfile.write(SSE_DONE)
             self.wfile.flush()
         except OSError:

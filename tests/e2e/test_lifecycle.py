@@ -29,6 +29,17 @@ def request(url, method, path, body=None, headers=None):
     return resp.status, data
 
 
+def open_long_stream(url):
+    """A streamed chat completion of 2000 tokens; the response, its headers read."""
+    host, port = url[len("http://"):].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    body = {"model": MODEL, "messages": FRANCE, "max_tokens": 2000, "stream": True,
+            "logit_bias": {"2": -100}}
+    conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                 {"Content-Type": "application/json"})
+    return conn.getresponse()
+
+
 def test_api_key_is_enforced_and_never_logged(tmp_path):
     from openai import AuthenticationError, OpenAI
 
@@ -74,13 +85,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(tmp_path):
 
 def test_sigint_with_a_stuck_stream_cancels_it_after_the_grace_period(tmp_path):
     srv = start_server(tmp_path, "--shutdown-grace", "1")
-    host, port = srv.url[len("http://"):].split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    body = {"model": MODEL, "messages": FRANCE, "max_tokens": 2000, "stream": True,
-            "logit_bias": {"2": -100}}
-    conn.request("POST", "/v1/chat/completions", json.dumps(body),
-                 {"Content-Type": "application/json"})
-    resp = conn.getresponse()
+    resp = open_long_stream(srv.url)
     data_lines = 0
     while data_lines < 3:  # the stream is under way
         data_lines += resp.fp.readline().startswith(b"data: ")
@@ -131,13 +136,7 @@ def test_sigterm_during_a_long_step_ends_every_stream_and_exits_in_time(tmp_path
     error event and [DONE], and the prefilling and queued requests get 503."""
     srv = start_server(tmp_path, "--shutdown-grace", "1", "--prefill-step-size", "4096",
                        "--decode-concurrency", "2", "--prompt-concurrency", "1")
-    host, port = srv.url[len("http://"):].split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    body = {"model": MODEL, "messages": FRANCE, "max_tokens": 2000, "stream": True,
-            "logit_bias": {"2": -100}}
-    conn.request("POST", "/v1/chat/completions", json.dumps(body),
-                 {"Content-Type": "application/json"})
-    resp = conn.getresponse()
+    resp = open_long_stream(srv.url)
     while not resp.fp.readline().startswith(b"data: "):
         pass
     results = {}
