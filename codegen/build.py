@@ -1,14 +1,14 @@
-"""From a `KernelSpec` to a callable MLX kernel: define (render + check), then build once."""
+"""From rendered kernel text to a callable MLX kernel: `KernelDefinition` (what MLX needs), the
+render-time checks every backend's limits call for, and `compile_kernel`. Kernels call this
+layer; it knows none of them."""
 
 from __future__ import annotations
 
-import functools
-import importlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import mlx.core as mx
 
-from .spec import KernelSpec
 
 MAX_THREADGROUP_BYTES = 32 * 1024   # Metal's threadgroup-memory limit, for everything on Metal
 MAX_CUDA_STATIC_SHARED = 48 * 1024   # static __shared__ per block; more must be dynamic
@@ -17,22 +17,19 @@ MLX_CUDA_DYNAMIC_THRESHOLD = 48000   # MLX opts a kernel into more dynamic memor
 MAX_THREADS_PER_THREADGROUP = 1024
 MAX_METAL_BUFFERS = 31               # Metal's buffer argument table
 
-# op -> module whose `define(spec)` returns the op's KernelDefinition
-_OP_MODULES = {
-    "paged_decode": "mlx_paged.kernels.paged_attention_geometry",
-    "paged_decode_reduce": "mlx_paged.kernels.paged_attention_geometry",
-}
-
-
 class KernelRenderError(ValueError):
-    """A rendered kernel breaks a backend limit; the message names the spec."""
+    """A rendered kernel breaks a backend limit; the message names the kernel."""
 
 
 @dataclass(frozen=True)
 class KernelDefinition:
-    """Everything MLX needs to build one kernel object, plus what the render checks look at."""
+    """Everything MLX needs to build one kernel object, plus what the render checks look at.
+    `name` is the kernel's (and its symbol's) name, `backend` "metal" or "cuda", `spec` the
+    kernel's own description (the dtype is read from it by the CUDA compile check)."""
 
-    spec: KernelSpec
+    name: str
+    backend: str
+    spec: Any
     source: str
     header: str
     input_names: tuple[str, ...]
@@ -52,12 +49,12 @@ class KernelDefinition:
 
 def check_definition(defn: KernelDefinition) -> KernelDefinition:
     """Render-time limits every backend must respect; raises `KernelRenderError`."""
-    name = defn.spec.name
+    name = defn.name
     total = defn.threadgroup_bytes + defn.ring_bytes
-    if defn.spec.backend == "metal" and total > MAX_THREADGROUP_BYTES:
+    if defn.backend == "metal" and total > MAX_THREADGROUP_BYTES:
         raise KernelRenderError(f"{name}: {total} bytes of threadgroup memory "
                                 f"(limit {MAX_THREADGROUP_BYTES})")
-    if defn.spec.backend == "cuda" and (defn.threadgroup_bytes > MAX_CUDA_STATIC_SHARED
+    if defn.backend == "cuda" and (defn.threadgroup_bytes > MAX_CUDA_STATIC_SHARED
                                         or total > MAX_CUDA_SHARED):
         raise KernelRenderError(f"{name}: {defn.threadgroup_bytes} static + {defn.ring_bytes} "
                                 f"dynamic bytes of shared memory (limits "
@@ -74,21 +71,12 @@ def check_definition(defn: KernelDefinition) -> KernelDefinition:
     return defn
 
 
-@functools.lru_cache(maxsize=None)
-def define(spec: KernelSpec) -> KernelDefinition:
-    """Render and check `spec` (cached: each spec renders once per process)."""
-    module = importlib.import_module(_OP_MODULES[spec.op])
-    return check_definition(module.define(spec))
-
-
-@functools.lru_cache(maxsize=None)
-def build(spec: KernelSpec):
-    """The `mx.fast` kernel object of `spec`, built once per process and reused by every call."""
-    defn = define(spec)
-    common = dict(name=spec.name, input_names=list(defn.input_names),
+def compile_kernel(defn: KernelDefinition):
+    """The `mx.fast` kernel object of a checked definition (callers cache it)."""
+    common = dict(name=defn.name, input_names=list(defn.input_names),
                   output_names=list(defn.output_names), source=defn.source,
                   header=defn.header, ensure_row_contiguous=False)
-    if spec.backend == "metal":
+    if defn.backend == "metal":
         return mx.fast.metal_kernel(**common)
     return mx.fast.cuda_kernel(**common, shared_memory=cuda_dynamic_shared(defn))
 

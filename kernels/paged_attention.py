@@ -11,9 +11,9 @@ from typing import Optional
 
 import mlx.core as mx
 
-from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.counter_chain import CounterChain
 from mlx_paged.kernels.kernel_inputs import constant
+from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.paged_attention_plan import launch_plan
 from mlx_paged.kernels.paged_attention_routing import routed_specs
 
@@ -41,10 +41,9 @@ def _gpu_backend() -> Optional[str]:
 def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.array,
                            block_tables: mx.array, seq_lens: mx.array, *, scale: float,
                            window: Optional[int] = None, sinks: Optional[mx.array] = None,
-                           backend: Optional[str] = None,
+                           backend: Optional[str] = None, kernel: Optional[str] = None,
                            partition_size: Optional[int] = None,
-                           single_pass: Optional[bool] = None,
-                           variant: Optional[str] = None, compiled: bool = True) -> mx.array:
+                           compiled: bool = True) -> mx.array:
     """Decode attention of `(B, Hq, 1, D)` queries over paged K/V, on the GPU kernels.
 
     Each row's one query sits at position `seq_lens[b] - 1` and sees keys `[0, seq_lens[b])`
@@ -52,10 +51,9 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     Hkv, D]`, row-contiguous; `block_tables` is `(B, max_blocks)` int32.
 
     Args:
-        single_pass: force one variant (benchmarks); None applies `use_single_pass`.
-        partition_size, variant: tuning for kernel authors (benchmarks); `variant` is a
-            KernelSpec tuning suffix such as "s2_w8" ("" the FMA loop). None picks the
-            routed ones (`routed_variant`, `routed_partition_size`).
+        kernel: run this kernel (a pass-1 name of `KERNELS`, for tests and benchmarks);
+            None routes (`paged_attention_routing.route`).
+        partition_size: with `kernel`, its partition length (default: the routed one).
         compiled: False builds the kernel nodes anew on every call (`LaunchPlan.launch_eager`),
             for `bench/host_cost.py` to compare against.
 
@@ -69,8 +67,8 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     q_shape, k_shape, dtype = queries.shape, k_pages.shape, queries.dtype
     num_seqs, num_heads, num_queries, head_dim = q_shape
     plan = launch_plan(backend, dtype, num_seqs, num_heads, num_queries, head_dim, k_shape[1],
-                       k_shape[2], block_tables.shape[1], window is not None, partition_size,
-                       single_pass, variant)
+                       k_shape[2], block_tables.shape[1], window is not None, kernel,
+                       partition_size)
     if sinks is not None:
         raise UnsupportedSpecError(f"{plan.name}: attention sinks are not implemented")
     if k_shape[3] != head_dim or v_pages.shape != k_shape or k_pages.dtype != dtype:
@@ -100,12 +98,9 @@ def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: 
     specs = routed_specs(backend, dtype, head_dim, block_size, gqa, sliding_window)
     window = 4 if sliding_window else None
     pages = mx.zeros((17, block_size, 1, head_dim), dtype=dtype)
-    for first in (s for s in specs if s.op == "paged_decode"):
-        # A reduce pass compiles with the pass 1 of its partition size.
-        group = [s for s in specs if s == first or (s.op == "paged_decode_reduce"
-                                                    and s.partition_size == first.partition_size)]
-        single_pass, partition_size = not first.partitioned, first.partition_size or None
-        variant = first.tuning_suffix
+    for spec in specs:
+        if spec.is_reduce:
+            continue  # it compiles with the pass 1 of its partition size
         tic = time.perf_counter()
         # Batch 1 and batch 8: Metal keeps inputs under 8 elements in constant memory, which is
         # a separate compile; CUDA reuses the first build.
@@ -114,10 +109,8 @@ def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: 
             tables = mx.array([[2 * b + 1, 2 * b + 2] for b in range(batch)], dtype=mx.int32)
             lens = mx.full((batch,), block_size + 1, dtype=mx.int32)
             mx.eval(paged_attention_decode(queries, pages, pages, tables, lens, scale=1.0,
-                                           window=window, backend=backend,
-                                           single_pass=single_pass, variant=variant,
-                                           partition_size=partition_size))
+                                           window=window, backend=backend, kernel=spec.kernel,
+                                           partition_size=spec.partition_size or None))
         if progress is not None:
-            for spec in group:
-                progress(spec, (time.perf_counter() - tic) / len(group))
+            progress(spec, time.perf_counter() - tic)
     return specs

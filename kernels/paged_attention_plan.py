@@ -1,13 +1,14 @@
 """The launch plan of one decode-attention shape: which kernels, grids and output shapes.
 
-Working these out takes several cached lookups keyed on `KernelSpec`s (each hashes about twenty
-fields), and the launcher runs once per layer per decode step, while the GPU kernel takes tens
-of microseconds at small batches. So the whole plan is cached per shape, a call costs one
+Working these out takes several cached lookups keyed on `KernelSpec`s, and the launcher runs
+once per layer per decode step, while the GPU kernel takes tens of microseconds at small
+batches. So the whole plan is cached per shape, a call costs one
 lookup, and the plan's kernel calls run under `mx.compile` (`LaunchPlan.launch`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -15,13 +16,9 @@ from typing import Any, Callable, Optional
 
 import mlx.core as mx
 
-from mlx_paged.codegen.build import build
-from mlx_paged.codegen.build import define as define_cached
-from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
-from mlx_paged.kernels.paged_attention_routing import (decode_specs, grid_partitions,
-                                                       routed_partition_size,
-                                                       routed_single_pass_variant,
-                                                       routed_variant, use_single_pass)
+from mlx_paged.kernels.kernel_spec import KERNELS, KernelSpec, UnsupportedSpecError
+from mlx_paged.kernels.paged_attention_geometry import build, define
+from mlx_paged.kernels.paged_attention_routing import dtype_name, partition_size_for, route
 
 
 @dataclass(frozen=True)
@@ -37,7 +34,7 @@ class LaunchPlan:
     the kernel nodes without rebuilding them (see `_launch_function`).
     """
 
-    name: str  # the single-pass spec's name, for error messages
+    name: str  # the pass-1 spec's name, for error messages
     kernel: Any
     grid: tuple[int, int, int]
     threadgroup: tuple[int, int, int]
@@ -46,7 +43,7 @@ class LaunchPlan:
     groups: int  # (sequence, KV head) pairs
     out_shape: tuple[int, ...]
     dtype: mx.Dtype
-    counter_slots: int = 0  # the counters a fused call needs (dwN: two per group)
+    counter_slots: int = 0  # the counters a fused call needs: one per group
     reduce_kernel: Any = None
     reduce_grid: tuple[int, int, int] = (0, 0, 0)
     launch_eager: Callable = field(init=False, compare=False, repr=False)
@@ -61,65 +58,52 @@ class LaunchPlan:
 @functools.lru_cache(maxsize=512)
 def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, num_queries: int,
                 head_dim: int, block_size: int, num_kv_heads: int, table_blocks: int,
-                sliding_window: bool, partition_size: Optional[int], single_pass: Optional[bool],
-                variant: Optional[str], traced: bool = False) -> LaunchPlan:
+                sliding_window: bool, kernel: Optional[str] = None,
+                partition_size: Optional[int] = None) -> LaunchPlan:
     """The plan of one shape (see `paged_attention_decode` for the arguments); raises
-    `UnsupportedSpecError` for a shape the kernels cannot serve. `traced` admits the `tr`
-    diagnostic (an extra output, which only `bench/phase_trace.py` passes)."""
+    `UnsupportedSpecError` for a shape the kernels cannot serve."""
     if num_heads % num_kv_heads:
         raise UnsupportedSpecError(f"{num_heads} query heads are not a multiple of "
                                    f"{num_kv_heads} KV heads")
-    table_tokens = table_blocks * block_size
-    routed = variant is None
-    if routed:
-        variant = routed_variant(backend, dtype, head_dim, block_size, table_tokens)
-    if partition_size is None:
-        partition_size = routed_partition_size(variant, table_tokens, num_seqs * num_kv_heads)
-    single, part1, part2 = decode_specs(backend, dtype, head_dim, block_size,
-                                        num_heads // num_kv_heads, sliding_window,
-                                        partition_size, variant)
-    if part1.phase_trace and not traced:
-        raise UnsupportedSpecError(f"{part1.name}: tr is a diagnostic with an extra output; "
-                                   f"run it with python3 -m mlx_paged.bench.phase_trace")
-    if num_queries != 1:
-        raise UnsupportedSpecError(f"{single.name}: decode kernels take one query per row, "
-                                   f"not {num_queries}")
-    num_partitions = math.ceil(table_tokens / partition_size)
-    if part1.grid_partitions:
-        num_partitions = grid_partitions(num_seqs * num_kv_heads, num_partitions)
-    if single_pass is None:
-        single_pass = use_single_pass(num_seqs, num_kv_heads, num_partitions,
-                                      part1.tensor_cores, table_tokens)
     groups = num_seqs * num_kv_heads
+    table_tokens = table_blocks * block_size
+    if kernel is None:
+        kernel, partition_size = route(backend, dtype, head_dim, block_size, groups,
+                                       table_tokens)
+    elif kernel not in KERNELS or KERNELS[kernel].split == "reduce":
+        raise UnsupportedSpecError(f"{kernel!r} is not a kernel to launch (pass 1 kernels: "
+                                   f"{', '.join(k for k in KERNELS if k != 'decode_reduce')})")
+    elif partition_size is None:
+        partition_size = partition_size_for(kernel, groups, table_tokens)
+    spec = KernelSpec(kernel, backend, dtype_name(dtype), head_dim, block_size,
+                      num_heads // num_kv_heads, partition_size, sliding_window)
+    if num_queries != 1:
+        raise UnsupportedSpecError(f"{spec.name}: decode kernels take one query per row, "
+                                   f"not {num_queries}")
     shapes = dict(groups=groups, out_shape=(num_seqs, num_heads, num_queries, head_dim),
                   dtype=dtype)
-    if single_pass:
-        if routed:  # the routed single pass can differ from the split-K variant's own
-            single = decode_specs(backend, dtype, head_dim, block_size,
-                                  num_heads // num_kv_heads, sliding_window, partition_size,
-                                  routed_single_pass_variant(backend, dtype, head_dim,
-                                                             block_size, groups))[0]
-        tg = _threads(single)
-        return LaunchPlan(single.name, build(single), (tg * num_kv_heads, num_seqs, 1),
+    tg = _threads(spec)
+    if not spec.partitioned:
+        return LaunchPlan(spec.name, build(spec), (tg * num_kv_heads, num_seqs, 1),
                           (tg, 1, 1), (), False, **shapes)
-    tg = _threads(part1)
+    num_partitions = math.ceil(table_tokens / partition_size)
     grid = (tg * num_kv_heads, num_seqs, num_partitions)
-    if part1.fused_reduce:
+    if spec.fused_reduce:
         # The three partials in one flat array (see `paged_attention.jinja`).
         packed = ((num_seqs * num_heads * num_partitions * (head_dim + 2),),)
-        slots = groups * (2 if part1.dynamic_pages else 1)  # dwN: a page counter per group
-        return LaunchPlan(single.name, build(part1), grid, (tg, 1, 1), packed, True,
-                          counter_slots=slots, **shapes)
+        return LaunchPlan(spec.name, build(spec), grid, (tg, 1, 1), packed, True,
+                          counter_slots=groups, **shapes)
+    reduce = KernelSpec("decode_reduce", *dataclasses.astuple(spec)[1:])
     partial_shapes = ((num_seqs, num_heads, num_partitions, head_dim),
                       (num_seqs, num_heads, num_partitions), (num_seqs, num_heads, num_partitions))
-    return LaunchPlan(single.name, build(part1), grid, (tg, 1, 1), partial_shapes, False,
-                      reduce_kernel=build(part2), reduce_grid=(num_heads * 32, num_seqs, 1),
+    return LaunchPlan(spec.name, build(spec), grid, (tg, 1, 1), partial_shapes, False,
+                      reduce_kernel=build(reduce), reduce_grid=(num_heads * 32, num_seqs, 1),
                       **shapes)
 
 
 def _threads(spec: KernelSpec) -> int:
     """Threads per threadgroup of a pass-1 launch."""
-    return define_cached(spec).threads_per_threadgroup
+    return define(spec).threads_per_threadgroup
 
 
 def _launch_function(plan: LaunchPlan) -> Callable:

@@ -1,4 +1,4 @@
-"""The complete Metal source MLX generates for a kernel, captured on any machine.
+"""The complete Metal source MLX generates for a decode kernel spec, captured on any machine.
 
 `mx.fast.metal_kernel` refuses to run without Metal, except while `mx.export_function` traces a
 function; called there with `verbose=True`, MLX prints the full MSL it would compile (signature,
@@ -14,8 +14,8 @@ import tempfile
 
 import mlx.core as mx
 
-from .build import build, define
-from .spec import KernelSpec
+from .kernel_spec import KernelSpec
+from .paged_attention_geometry import build, define
 
 _DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 # A representative call: 8 sequences (so per-sequence inputs live in device memory, not in
@@ -30,7 +30,7 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
     window = [mx.array([64], dtype=mx.int32)] if spec.sliding_window else []
     seq_lens = mx.full((seqs,), spec.block_size * CAPTURE_PAGES, dtype=mx.int32)
     parts = 2
-    if spec.op == "paged_decode_reduce":
+    if spec.is_reduce:
         inputs = [mx.zeros((seqs, heads, parts, spec.head_dim)), mx.zeros((seqs, heads, parts)),
                   mx.zeros((seqs, heads, parts)), seq_lens] + window
         return inputs, [(seqs, heads, 1, spec.head_dim)], [dtype]

@@ -1,0 +1,186 @@
+"""The paged decode kernels the product routes, and `KernelSpec`: one kernel at one attention
+shape, frozen so it keys the build cache. Its `name` says everything that changes the code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BACKENDS = ("metal", "cuda")
+DTYPES = ("float16", "bfloat16", "float32")
+HEAD_DIMS = (64, 80, 96, 128, 256)
+BLOCK_SIZES = (8, 16, 32)
+GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
+TENSOR_CORE_HEAD_DIMS = (64, 128)  # the head sizes the H200 sweeps measured
+
+_DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+
+
+class UnsupportedSpecError(ValueError):
+    """A kernel or shape this project does not generate; the message names the spec."""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """What one decode kernel does, as the templates read it.
+
+    Attributes:
+        name: the kernel's name, the first part of its specs' names.
+        tensor_cores: scores and P.V on `mma.sync` (CUDA, bf16/fp16, 16-token sub-pages).
+        stages: slots of the per-simdgroup shared-memory ring K/V pass through (cp.async);
+            0 loads them straight into registers.
+        unroll: 16-token sub-pages loaded into registers per step (tensor cores, no ring).
+        simdgroups: per threadgroup; 0 is 4, halved while the merge buffer passes 32 KB.
+        split: "none" (one pass over the whole sequence), "two_pass" (fp32 partials per
+            partition, merged by `decode_reduce`), "fused" (the partition that finishes last
+            merges, in the same launch; CUDA) or "reduce" (the merge of "two_pass").
+        partition_sizes: the tokens per partition it is generated for (split kernels).
+    """
+
+    name: str
+    tensor_cores: bool = False
+    stages: int = 0
+    unroll: int = 0
+    simdgroups: int = 0
+    split: str = "none"
+    partition_sizes: tuple[int, ...] = ()
+
+
+KERNELS = {k.name: k for k in (
+    Kernel("decode_simt"),
+    Kernel("decode_simt_splitk", split="two_pass", partition_sizes=(512,)),
+    Kernel("decode_reduce", split="reduce", partition_sizes=(512,)),
+    Kernel("decode_tc", tensor_cores=True, stages=3),
+    Kernel("decode_tc_wide", tensor_cores=True, stages=3, simdgroups=8),
+    Kernel("decode_tc_splitk", tensor_cores=True, stages=3, split="fused",
+           partition_sizes=(1024,)),
+    Kernel("decode_tc_splitk_direct", tensor_cores=True, unroll=2, split="fused",
+           partition_sizes=(1024, 2048, 4096)),
+)}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel (a key of `KERNELS`) at one shape, e.g.
+    `decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024` or `decode_simt_metal_f32_hd80_bs8_g3_sw`
+    (`pN`: tokens per partition of a split kernel; `sw`: sliding-window support)."""
+
+    kernel: str
+    backend: str
+    dtype: str
+    head_dim: int
+    block_size: int = 16
+    gqa: int = 1
+    partition_size: int = 0
+    sliding_window: bool = False
+
+    def __post_init__(self):
+        if self.kernel not in KERNELS:
+            raise UnsupportedSpecError(f"{self.kernel!r} is not a kernel "
+                                       f"({', '.join(KERNELS)})")
+        for field_name, allowed in (("backend", BACKENDS), ("dtype", DTYPES),
+                                    ("head_dim", HEAD_DIMS), ("block_size", BLOCK_SIZES),
+                                    ("gqa", GQA_GROUPS)):
+            if getattr(self, field_name) not in allowed:
+                raise UnsupportedSpecError(
+                    f"{self.name}: {field_name}={getattr(self, field_name)!r} is not generated "
+                    f"(supported: {', '.join(map(str, allowed))})")
+        self._check_partition()
+        if self.tensor_cores:
+            self._check_tensor_cores()
+        if self.split == "fused" and self.backend != "cuda":
+            raise UnsupportedSpecError(f"{self.name}: the fused merge is CUDA only (it needs "
+                                       f"device-scope fences between threadgroups)")
+
+    def _check_partition(self) -> None:
+        sizes = KERNELS[self.kernel].partition_sizes
+        if not sizes and self.partition_size:
+            raise UnsupportedSpecError(f"{self.name}: {self.kernel} is a single pass and "
+                                       f"takes no partition size")
+        if sizes and self.partition_size not in sizes:
+            raise UnsupportedSpecError(f"{self.name}: {self.kernel} is generated for "
+                                       f"partitions of {', '.join(map(str, sizes))} tokens")
+        if self.partition_size % self.block_size:
+            raise UnsupportedSpecError(f"{self.name}: the partition size must be a multiple "
+                                       f"of the block size")
+
+    def _check_tensor_cores(self) -> None:
+        if self.backend != "cuda":
+            raise UnsupportedSpecError(f"{self.name}: tensor-core kernels are CUDA only")
+        if self.dtype == "float32":
+            raise UnsupportedSpecError(f"{self.name}: tensor-core kernels take bf16/fp16 pages")
+        if self.block_size % 16:
+            raise UnsupportedSpecError(f"{self.name}: tensor-core kernels read 16-token "
+                                       f"sub-pages (blocks of 16 or 32)")
+        if self.head_dim not in TENSOR_CORE_HEAD_DIMS:
+            raise UnsupportedSpecError(f"{self.name}: tensor-core kernels are generated for "
+                                       f"head_dim {' and '.join(map(str, TENSOR_CORE_HEAD_DIMS))}")
+
+    @property
+    def name(self) -> str:
+        parts = [self.kernel, self.backend, _DTYPE_SHORT.get(self.dtype, str(self.dtype)),
+                 f"hd{self.head_dim}", f"bs{self.block_size}", f"g{self.gqa}"]
+        if self.partition_size:
+            parts.append(f"p{self.partition_size}")
+        if self.sliding_window:
+            parts.append("sw")
+        return "_".join(parts)
+
+    # What the templates and the launcher read, from the kernel.
+    @property
+    def tensor_cores(self) -> bool:
+        return KERNELS[self.kernel].tensor_cores
+
+    @property
+    def stages(self) -> int:
+        return KERNELS[self.kernel].stages
+
+    @property
+    def unroll(self) -> int:
+        return KERNELS[self.kernel].unroll
+
+    @property
+    def simdgroups(self) -> int:
+        return KERNELS[self.kernel].simdgroups
+
+    @property
+    def split(self) -> str:
+        return KERNELS[self.kernel].split
+
+    @property
+    def fused_reduce(self) -> bool:
+        return self.split == "fused"
+
+    @property
+    def is_reduce(self) -> bool:
+        return self.split == "reduce"
+
+    @property
+    def partitioned(self) -> bool:
+        return self.partition_size > 0
+
+    @property
+    def itemsize(self) -> int:
+        return 4 if self.dtype == "float32" else 2
+
+    @classmethod
+    def parse(cls, name: str) -> "KernelSpec":
+        """Inverse of `name`."""
+        kernel = next((k for k in sorted(KERNELS, key=len, reverse=True)
+                       if name.startswith(k + "_")), None)
+        if kernel is None:
+            raise UnsupportedSpecError(f"{name!r}: unknown kernel ({', '.join(KERNELS)})")
+        fields = name[len(kernel) + 1:].split("_")
+        sliding = fields[-1] == "sw"
+        fields = fields[:-1] if sliding else fields
+        short_to_dtype = {v: k for k, v in _DTYPE_SHORT.items()}
+        try:
+            backend, dtype, hd, bs, g, *rest = fields
+            partition = int(rest[0].removeprefix("p")) if rest else 0
+            if len(rest) > 1 or (rest and not rest[0].startswith("p")):
+                raise ValueError(rest)
+            return cls(kernel, backend, short_to_dtype[dtype], int(hd.removeprefix("hd")),
+                       int(bs.removeprefix("bs")), int(g.removeprefix("g")), partition, sliding)
+        except (ValueError, KeyError) as exc:
+            raise UnsupportedSpecError(
+                f"{name!r} is not a kernel spec name (expected e.g. "
+                f"decode_simt_metal_bf16_hd128_bs16_g4)") from exc
