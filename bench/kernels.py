@@ -1,7 +1,7 @@
 """Decode attention over a KV cache: the paged kernel next to its peers, on the same data.
 
 For each (batch, context) shape: a page pool at least `--pool-gb` large (several times the GPU's
-cache) with shuffled block ids; the paged kernel (auto routing, and each variant forced), MLX's
+cache) with shuffled block ids; the paged kernel (routed, and each `--kernel` forced), MLX's
 `scaled_dot_product_attention` on contiguous K/V, gather-then-SDPA (the reference), PyTorch's SDPA
 when torch is importable, and the device copy bandwidth measured in the same run. Every method's
 output is checked against the paged kernel's, so they all computed the same attention.
@@ -16,7 +16,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from mlx_paged.codegen.build import KernelRenderError
-from mlx_paged.codegen.spec import UnsupportedSpecError
+from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
 from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
 from mlx_paged.kernels.paged_attention_reference import paged_attention_reference
 
@@ -36,30 +36,17 @@ PIPELINE_CALLS = 8
 
 def paged_runs(args) -> dict[str, dict]:
     """Every paged-kernel column of a sweep: its name and its `paged_attention_decode` options
-    (the routed kernel, forced passes, other partition lengths, `--variant`s, and with
-    `--single-pass-variants` each variant forced to the single pass)."""
-    sizes = getattr(args, "partition_size", [])
-    runs = {"paged": {}, "paged_1pass": dict(single_pass=True),
-            "paged_2pass": dict(single_pass=False),
-            "paged_2pass_p128": dict(single_pass=False, partition_size=128)}
-    for size in sizes:  # split-K with other partition lengths
-        runs[f"paged_2pass_p{size}"] = dict(single_pass=False, partition_size=size)
-    for variant in getattr(args, "variant", []):  # the routed kernel in other variants
-        runs[f"paged_{variant}"] = dict(variant=variant)
-        if getattr(args, "single_pass_variants", False):  # ... and forced to one pass
-            runs[f"paged_{variant}_1pass"] = dict(variant=variant, single_pass=True)
-        for size in sizes:  # ... and split-K at other lengths
-            runs[f"paged_{variant}_p{size}"] = dict(single_pass=False, partition_size=size,
-                                                    variant=variant)
+    (the routed kernel as `paged`, each `--kernel` forced as `paged_<kernel>`)."""
+    runs = {"paged": {}}
+    for kernel in getattr(args, "kernel", []):
+        runs[f"paged_{kernel}"] = dict(kernel=kernel)
     return runs
 
 
 def method_names(args) -> list[str]:
     """Every column a sweep with these arguments times, before `--skip` (its valid names),
-    in table order: the first four paged columns, the gather reference, the other paged
-    columns, the peers."""
-    paged = list(paged_runs(args))
-    return paged[:4] + ["gather_sdpa"] + paged[4:] + list(PEERS)
+    in table order: the paged columns, the gather reference, the peers."""
+    return list(paged_runs(args)) + ["gather_sdpa"] + list(PEERS)
 
 
 def unknown_skips(args) -> list[str]:
@@ -108,7 +95,7 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
     for name, fn in list(runs.items()):
         try:
             outputs[name] = fn(q)
-        except (UnsupportedSpecError, KernelRenderError) as exc:  # a variant this shape refuses
+        except (UnsupportedSpecError, KernelRenderError) as exc:  # a kernel this shape refuses
             print(f"B={batch} T={context}: {name} skipped: {exc}", flush=True)
             row.setdefault("skipped", {})[name] = str(exc)
             del runs[name]

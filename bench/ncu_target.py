@@ -1,14 +1,14 @@
-"""A few calls of one decode-kernel variant (or of `paged_read`) at one shape, for Nsight Compute.
+"""A few calls of one decode kernel (or of `paged_read`) at one shape, for Nsight Compute.
 
     ncu --section SpeedOfLight --section Occupancy --section WarpStateStats \\
         --section SchedulerStats --section LaunchStats --section MemoryWorkloadAnalysis \\
         -k regex:paged --launch-skip 2 --launch-count 1 \\
-        python3 -m mlx_paged.bench.ncu_target BATCH CONTEXT [VARIANT|read|sdpa|-] [1|2] [PARTITION]
+        python3 -m mlx_paged.bench.ncu_target BATCH CONTEXT [KERNEL|read|sdpa|-] [PARTITION]
 
 The shape is the kernel benchmark's (32 query / 8 KV heads, head_dim 128, bf16, blocks of 16,
-a 4 GiB pool with shuffled block ids). VARIANT "-" is the routed kernel, "read" the paged-read
-ceiling, "sdpa" MLX's SDPA on the same K/V made contiguous (use `-k regex:sdpa`); 1/2 forces
-the single pass or split-K; PARTITION is the split-K partition length.
+a 4 GiB pool with shuffled block ids). KERNEL names one of `KERNELS` ("-" the routed one),
+"read" the paged-read ceiling, "sdpa" MLX's SDPA on the same K/V made contiguous (use
+`-k regex:sdpa`); PARTITION is a split kernel's partition length.
 """
 
 from __future__ import annotations
@@ -24,21 +24,19 @@ from mlx_paged.kernels.paged_attention import paged_attention_decode
 
 def main(argv: list[str]) -> None:
     batch, context = int(argv[0]), int(argv[1])
-    variant = argv[2] if len(argv) > 2 and argv[2] != "-" else None
-    single_pass = {"1": True, "2": False}.get(argv[3] if len(argv) > 3 else "")
-    partition = int(argv[4]) if len(argv) > 4 else None
+    kernel = argv[2] if len(argv) > 2 and argv[2] != "-" else None
+    partition = int(argv[3]) if len(argv) > 3 else None
     queries, k_pages, v_pages, tables, lens = standard_problem(batch, context)
-    if variant == "sdpa":
+    if kernel == "sdpa":
         k, v = contiguous_kv(k_pages, v_pages, tables, context)
     for _ in range(3):
-        if variant == "sdpa":
+        if kernel == "sdpa":
             mx.eval(mx.fast.scaled_dot_product_attention(queries, k, v, scale=0.088))
-        elif variant == "read":
+        elif kernel == "read":
             mx.eval(paged_read(k_pages, v_pages, tables, lens))
         else:
             mx.eval(paged_attention_decode(queries, k_pages, v_pages, tables, lens, scale=0.088,
-                                           variant=variant, single_pass=single_pass,
-                                           partition_size=partition))
+                                           kernel=kernel, partition_size=partition))
     mx.synchronize()
 
 

@@ -24,7 +24,7 @@ ARCH = "sm_90a"  # what MLX asks NVRTC for on an H100/H200
 _ARG_TYPES = {"block_tables": "int32_t", "seq_lens": "int32_t", "window": "int32_t",
               "counters": "int32_t", "counters_next": "int32_t",
               "scale": "float", "partial_out": "float", "partial_max": "float",
-              "partial_sum": "float", "partials": "float", "phase_trace": "int64_t"}
+              "partial_sum": "float", "partials": "float"}
 
 
 class CudaCheckError(RuntimeError):
@@ -69,7 +69,7 @@ def wrap(defn: KernelDefinition) -> str:
     args += [f"{_ARG_TYPES.get(name, dtype)}* {name}" for name in defn.output_names]
     signature = ",\n    ".join(args)
     return (f'#include "{SHIM.name}"\n{defn.header}\nnamespace mlx::core::cu {{\n'
-            f"__global__ void {defn.spec.name}(\n    {signature}) {{\n"
+            f"__global__ void {defn.name}(\n    {signature}) {{\n"
             f"using T = {dtype};\n{defn.source}\n}}\n}}  // namespace mlx::core::cu\n")
 
 
@@ -81,9 +81,9 @@ def check_cuda_source(defn: KernelDefinition) -> CudaReport:
     prog = ctypes.c_void_p()
     headers = (ctypes.c_char_p * 1)(shim)
     names = (ctypes.c_char_p * 1)(SHIM.name.encode())
-    if lib.nvrtcCreateProgram(ctypes.byref(prog), source, f"{defn.spec.name}.cu".encode(),
+    if lib.nvrtcCreateProgram(ctypes.byref(prog), source, f"{defn.name}.cu".encode(),
                               1, headers, names):
-        raise CudaCheckError(f"{defn.spec.name}: nvrtcCreateProgram failed")
+        raise CudaCheckError(f"{defn.name}: nvrtcCreateProgram failed")
     options = [f"--gpu-architecture={ARCH}", "--device-as-default-execution-space",
                "--ptxas-options=-v", f"-I{include}", "-std=c++17"]
     try:
@@ -98,7 +98,7 @@ def check_cuda_source(defn: KernelDefinition) -> CudaReport:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
     if status:
         errors = [line for line in log.splitlines() if ": error" in line]
-        raise CudaCheckError(f"{defn.spec.name}: NVRTC found {len(errors)} error(s):\n{log[:4000]}")
+        raise CudaCheckError(f"{defn.name}: NVRTC found {len(errors)} error(s):\n{log[:4000]}")
     return _report(log)
 
 

@@ -85,11 +85,8 @@ class KernelSpec:
                     f"{self.name}: {field_name}={getattr(self, field_name)!r} is not generated "
                     f"(supported: {', '.join(map(str, allowed))})")
         self._check_partition()
-        if self.tensor_cores:
+        if self.tensor_cores:  # which the fused merge's fences need too: CUDA only
             self._check_tensor_cores()
-        if self.split == "fused" and self.backend != "cuda":
-            raise UnsupportedSpecError(f"{self.name}: the fused merge is CUDA only (it needs "
-                                       f"device-scope fences between threadgroups)")
 
     def _check_partition(self) -> None:
         sizes = KERNELS[self.kernel].partition_sizes
@@ -178,9 +175,10 @@ class KernelSpec:
             partition = int(rest[0].removeprefix("p")) if rest else 0
             if len(rest) > 1 or (rest and not rest[0].startswith("p")):
                 raise ValueError(rest)
-            return cls(kernel, backend, short_to_dtype[dtype], int(hd.removeprefix("hd")),
-                       int(bs.removeprefix("bs")), int(g.removeprefix("g")), partition, sliding)
+            values = (short_to_dtype[dtype], int(hd.removeprefix("hd")),
+                      int(bs.removeprefix("bs")), int(g.removeprefix("g")))
         except (ValueError, KeyError) as exc:
             raise UnsupportedSpecError(
                 f"{name!r} is not a kernel spec name (expected e.g. "
                 f"decode_simt_metal_bf16_hd128_bs16_g4)") from exc
+        return cls(kernel, backend, *values, partition, sliding)

@@ -7,7 +7,6 @@ attribute arguments, body, explicit instantiation). That text is what golden fil
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import tempfile
@@ -75,7 +74,3 @@ def capture_metal_source(spec: KernelSpec, kernel=None) -> str:
         raise RuntimeError(f"{spec.name}: MLX printed no Metal source:\n{text[:2000]}")
     return match.group(1) + "\n"
 
-
-def source_digest(source: str) -> str:
-    """The golden manifest's fingerprint of a source: the first 16 hex digits of its SHA-256."""
-    return hashlib.sha256(source.encode()).hexdigest()[:16]

@@ -64,10 +64,10 @@ def tensor_cores_serve(backend: str, dtype: mx.Dtype, head_dim: int, block_size:
 
 def partition_size_for(kernel: str, groups: int, table_tokens: int) -> int:
     """Tokens per partition of split kernel `kernel` (0 for a single pass)."""
-    if KERNELS[kernel].split == "none":
-        return 0
-    if KERNELS[kernel].split != "fused":
-        return SIMT_PARTITION_SIZE
+    sizes = KERNELS[kernel].partition_sizes
+    if len(sizes) <= 1:
+        return sizes[0] if sizes else 0
+    # The direct split-K, routed past TC_LONG_CONTEXT tokens.
     if table_tokens <= TC_LONG_CONTEXT:
         return TC_PARTITION_SIZE
     if groups >= TC_SINGLE_PASS_MIN_GROUPS:

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 
-
-def _not_yet(what: str, issue: str):
-    def run(_args) -> int:
-        print(f"mlx-paged bench {what}: not implemented yet ({issue})", file=sys.stderr)
-        return 2
-    return run
+from mlx_paged.kernels.kernel_spec import KERNELS
 
 
 def _bench(module: str):
@@ -63,19 +57,14 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-kv-gb", type=float, default=8.0,
                    help="skip shapes whose K+V exceed this many GiB")
     p.add_argument("--out", default="bench/out/kernels", help="folder for kernels.json/.png")
-    p.add_argument("--variant", action="append", default=[], metavar="SUFFIX",
-                   help="also time this tuning variant of the kernel, e.g. mma, s2, w8, "
-                        "t32_c2 (repeatable; see docs/kernels.md)")
-    p.add_argument("--single-pass-variants", action="store_true",
-                   help="also time each --variant forced to the single pass "
-                        "(paged_<suffix>_1pass)")
-    p.add_argument("--partition-size", action="append", type=int, default=[], metavar="N",
-                   help="also time split-K with N-token partitions (repeatable; 128..4096)")
+    p.add_argument("--kernel", action="append", default=[], metavar="NAME",
+                   choices=[k for k in KERNELS if k != "decode_reduce"],
+                   help="also time this kernel forced, as column paged_<NAME> (repeatable; "
+                        "see docs/kernels.md)")
     p.add_argument("--skip", action="append", default=[], metavar="METHOD",
                    help="leave this column out (repeatable), to spend less GPU time on a "
-                        "sweep: paged_1pass, paged_2pass, paged_2pass_p128, gather_sdpa, "
-                        "paged_read, mlx_sdpa, torch_sdpa, or one that --variant / "
-                        "--partition-size add (paged_<suffix>, paged_2pass_p<N>, ...)")
+                        "sweep: gather_sdpa, paged_read, mlx_sdpa, torch_sdpa, or a "
+                        "paged_<NAME> that --kernel adds")
     p.add_argument("--sequential-blocks", action="store_true",
                    help="give each sequence consecutive blocks instead of shuffled ones")
     p.add_argument("--head-major-pages", action="store_true",
@@ -105,6 +94,3 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default="bench/out/decode.json", help="JSON results file")
     p.set_defaults(run=_bench("decode"))
-
-    name, issue = "serve", "a server load benchmark is not written yet"
-    sub.add_parser(name, help=f"({issue})").set_defaults(run=_not_yet(name, issue))

@@ -22,9 +22,12 @@ def add_kernels_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_kernels(args: argparse.Namespace) -> int:
-    from mlx_paged.codegen.build import KernelRenderError, define
-    from mlx_paged.codegen.catalog import all_specs
-    from mlx_paged.codegen.spec import KernelSpec, UnsupportedSpecError
+    import dataclasses
+
+    from mlx_paged.codegen.build import KernelRenderError
+    from mlx_paged.kernels.catalog import all_specs
+    from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
+    from mlx_paged.kernels.paged_attention_geometry import define
 
     if args.action == "list":
         backends = [args.backend] if args.backend else ["metal", "cuda"]
@@ -37,13 +40,13 @@ def run_kernels(args: argparse.Namespace) -> int:
         return 0
     if not args.spec:
         print("mlx-paged kernels render: give a spec name, e.g. "
-              "paged_decode_metal_bf16_hd128_bs16_g4_p512 (see `mlx-paged kernels list`)",
+              "decode_simt_metal_bf16_hd128_bs16_g4 (see `mlx-paged kernels list`)",
               file=sys.stderr)
         return 2
     try:
         spec = KernelSpec.parse(args.spec)
         if args.backend:
-            spec = spec.with_backend(args.backend)
+            spec = dataclasses.replace(spec, backend=args.backend)
         defn = define(spec)
     except (UnsupportedSpecError, KernelRenderError) as exc:
         print(f"mlx-paged kernels render: {exc}", file=sys.stderr)
@@ -57,8 +60,9 @@ def run_kernels(args: argparse.Namespace) -> int:
     if (args.full or args.check) and spec.backend == "cuda":
         return _render_cuda(defn, args.check)
     if args.full or args.check:
-        from mlx_paged.codegen.metal_capture import capture_metal_source
         from mlx_paged.codegen.metal_check import MetalCheckError, check_metal_source
+
+        from mlx_paged.kernels.metal_capture import capture_metal_source
 
         source = capture_metal_source(spec)
         print(source, end="")
@@ -90,7 +94,7 @@ def _render_cuda(defn, check: bool) -> int:
     except CudaCheckError as exc:
         print(exc, file=sys.stderr)
         return 1
-    print(f"// {defn.spec.name}: NVRTC compile check passed ({report.registers} registers, "
+    print(f"// {defn.name}: NVRTC compile check passed ({report.registers} registers, "
           f"{report.spill_bytes} B spilled, {report.shared_bytes} B static shared memory)",
           file=sys.stderr)
     return 0

@@ -36,7 +36,7 @@ def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> Option
     "auto" takes the kernel when MLX runs on a Metal/CUDA GPU and the model's shapes are ones
     the kernels are generated for (else it logs why not); "kernel" raises instead.
     """
-    from mlx_paged.codegen.spec import UnsupportedSpecError
+    from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
     from mlx_paged.kernels.paged_attention import current_backend, warm_up
     from mlx_paged.kernels.paged_attention_routing import routed_specs
 

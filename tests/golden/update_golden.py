@@ -2,31 +2,31 @@
 
     .venv/bin/python tests/golden/update_golden.py
 
-Writes the full MSL of the representative specs (`metal/<spec>.metal`, reviewable) and the
-SHA-256 of every spec's MSL (`metal/manifest.txt`). Review the diff before committing it.
+Writes the full MSL of the golden specs (`metal/<spec>.metal`) that
+`tests/integration/test_metal_codegen.py` compares against. Review the diff before committing it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from mlx_paged.codegen.catalog import all_specs, representative_specs
-from mlx_paged.codegen.metal_capture import capture_metal_source, source_digest
+from mlx_paged.kernels.metal_capture import capture_metal_source
 
 HERE = Path(__file__).parent / "metal"
 
 
 def main() -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "integration"))
+    from test_metal_codegen import GOLDEN_SPECS
+
     HERE.mkdir(exist_ok=True)
-    for old in HERE.glob("*.metal"):
+    for old in HERE.glob("*"):
         old.unlink()
-    for spec in representative_specs("metal"):
+    for spec in GOLDEN_SPECS:
         (HERE / f"{spec.name}.metal").write_text(capture_metal_source(spec))
-    lines = [f"{spec.name} {source_digest(capture_metal_source(spec))}"
-             for spec in all_specs("metal")]
-    (HERE / "manifest.txt").write_text("\n".join(lines) + "\n")
-    print(f"wrote {len(lines)} digests and {len(representative_specs('metal'))} sources "
-          f"under {HERE}")
+    print(f"wrote {len(GOLDEN_SPECS)} sources under {HERE}")
 
 
 if __name__ == "__main__":

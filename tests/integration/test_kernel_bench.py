@@ -14,7 +14,7 @@ from mlx_paged.bench import kernels
 def _args(**changes) -> argparse.Namespace:
     base = dict(batch=[2], context=[64], num_heads=4, num_kv_heads=2, head_dim=64,
                 block_size=16, dtype="float32", pool_gb=0.001, max_kv_gb=1.0,
-                variant=["s2_w2"], partition_size=[2048], sequential_blocks=False)
+                kernel=["decode_simt_splitk"], sequential_blocks=False)
     return argparse.Namespace(**(base | changes))
 
 
@@ -37,7 +37,7 @@ def test_head_major_pages_give_the_same_attention_through_the_view():
     _, k_pages, _, _, _ = kernels.make_problem(2, 10, head_major_pages=True, **common)
     assert k_pages.shape == (k_pages.shape[0], 4, 2, 8)  # the token-major shape, as a view
     # The gather reference and SDPA on the gathered copy agree on the strided view.
-    row = kernels.bench_shape(2, 64, _args(variant=[], head_major_pages=True), torch_ok=False)
+    row = kernels.bench_shape(2, 64, _args(head_major_pages=True), torch_ok=False)
     assert set(row["us"]) == {"gather_sdpa", "mlx_sdpa"}
     assert row["max_abs_diff_vs_paged"]["mlx_sdpa"] < 1e-5
 
@@ -46,8 +46,7 @@ def test_bench_shape_on_the_cpu_times_the_peers_and_skips_the_kernel(capsys):
     row = kernels.bench_shape(2, 64, _args(), torch_ok=False)
     out = capsys.readouterr().out
     # Without a GPU every kernel method is refused by name and left out, not faked.
-    for name in ("paged", "paged_1pass", "paged_2pass", "paged_2pass_p128", "paged_2pass_p2048",
-                 "paged_s2_w2", "paged_s2_w2_p2048"):
+    for name in ("paged", "paged_decode_simt_splitk"):
         assert f"{name} skipped" in out and name in row["skipped"] and name not in row["us"]
     assert set(row["us"]) == {"gather_sdpa", "mlx_sdpa"}
     assert row["diff_base"] == "gather_sdpa"
@@ -69,7 +68,7 @@ def test_chained_timing_feeds_each_output_to_the_next_call():
     # Two warm-up calls, then two samples of at least two calls, each fed the previous output.
     assert len(calls) >= 6 and calls[0] is queries and calls[1] is queries
     assert mx.array_equal(calls[3], calls[2] * 2).item()
-    row = kernels.bench_shape(2, 64, _args(variant=[], chained=True), torch_ok=False)
+    row = kernels.bench_shape(2, 64, _args(chained=True), torch_ok=False)
     assert set(row["us"]) == {"gather_sdpa", "mlx_sdpa"}
     assert row["max_abs_diff_vs_paged"]["mlx_sdpa"] < 1e-5
 
@@ -94,20 +93,20 @@ def test_pipelined_chained_timing_starts_evaluations_between_builds(monkeypatch)
 
 
 def test_pipelined_needs_chained(capsys):
-    assert kernels.main(_args(variant=[], pipelined=True, chained=False, replot=None)) == 2
+    assert kernels.main(_args(pipelined=True, chained=False, replot=None)) == 2
     assert "add --chained" in capsys.readouterr().out
 
 
 def test_skipped_methods_are_left_out():
-    row = kernels.bench_shape(2, 64, _args(variant=[], skip=["gather_sdpa"]), torch_ok=False)
+    row = kernels.bench_shape(2, 64, _args(skip=["gather_sdpa"]), torch_ok=False)
     assert set(row["us"]) == {"mlx_sdpa"} and row["diff_base"] == "mlx_sdpa"
-    row = kernels.bench_shape(2, 64, _args(variant=[], skip=["gather_sdpa", "mlx_sdpa"]),
+    row = kernels.bench_shape(2, 64, _args(skip=["gather_sdpa", "mlx_sdpa"]),
                               torch_ok=False)
     assert row["us"] == {} and row["diff_base"] is None
 
 
 def test_plot_draws_every_method(tmp_path):
-    row = kernels.bench_shape(2, 64, _args(variant=[]), torch_ok=False)
+    row = kernels.bench_shape(2, 64, _args(), torch_ok=False)
     result = {"title": "cpu smoke", "copy": {"copy_tb_s": 0.01}, "rows": [row]}
     assert kernels.plot(result, tmp_path / "k.png")
     assert (tmp_path / "k.png").stat().st_size > 1000

@@ -4,22 +4,21 @@
 import mlx.core as mx
 import pytest
 
-from mlx_paged.codegen.spec import UnsupportedSpecError
+from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
 from mlx_paged.kernels.paged_attention_plan import launch_plan
 
 
 def _plan(num_seqs, table_blocks, **kw):
     args = dict(backend="metal", dtype=mx.bfloat16, num_seqs=num_seqs, num_heads=32,
                 num_queries=1, head_dim=128, block_size=16, num_kv_heads=8,
-                table_blocks=table_blocks, sliding_window=False, partition_size=None,
-                single_pass=None, variant=None)
+                table_blocks=table_blocks, sliding_window=False)
     args.update(kw)
     return launch_plan(**args)
 
 
 def test_split_k_plan_has_partitions_of_the_routed_length():
     plan = _plan(2, 128)  # 2048 tokens of table: four 512-token partitions, two-pass on Metal
-    assert plan.name == "paged_decode_metal_bf16_hd128_bs16_g4_p0"
+    assert plan.name == "decode_simt_splitk_metal_bf16_hd128_bs16_g4_p512"
     assert plan.grid == (128 * 8, 2, 4) and plan.threadgroup == (128, 1, 1)
     assert plan.partial_shapes == ((2, 32, 4, 128), (2, 32, 4), (2, 32, 4))
     assert not plan.fused and plan.groups == 16
@@ -56,37 +55,37 @@ def cuda_plans(monkeypatch):
 
 
 def test_cuda_routing_single_pass_from_40_groups_wide_up_to_72(cuda_plans):
-    prefix = "paged_decode_cuda_bf16_hd128_bs16_g4_"
+    prefix = "_cuda_bf16_hd128_bs16_g4"
     # 8 sequences x 8 KV heads at 32k tokens: one pass of 8 simdgroups (256 threads).
     plan = cuda_plans(8, 2048)
-    assert plan.kernel.name == prefix + "p0_mma_s3_w8" and plan.partial_shapes == ()
+    assert plan.kernel.name == "decode_tc_wide" + prefix and plan.partial_shapes == ()
     assert plan.grid == (256 * 8, 8, 1) and plan.threadgroup == (256, 1, 1) and not plan.fused
-    assert cuda_plans(5, 512).kernel.name == prefix + "p0_mma_s3_w8"  # 40 groups at 8k
-    assert cuda_plans(9, 512).kernel.name == prefix + "p0_mma_s3_w8"  # 72
+    assert cuda_plans(5, 512).kernel.name == "decode_tc_wide" + prefix  # 40 groups at 8k
+    assert cuda_plans(9, 512).kernel.name == "decode_tc_wide" + prefix  # 72
     # From 80 groups the single pass keeps 4 simdgroups.
     plan = cuda_plans(10, 512)
-    assert plan.kernel.name == prefix + "p0_mma_s3" and plan.grid == (128 * 8, 10, 1)
-    assert cuda_plans(64, 128).kernel.name == prefix + "p0_mma_s3"  # 512 groups at 2k
+    assert plan.kernel.name == "decode_tc" + prefix and plan.grid == (128 * 8, 10, 1)
+    assert cuda_plans(64, 128).kernel.name == "decode_tc" + prefix  # 512 groups at 2k
     # Tables of up to 2048 tokens: one pass at any count.
-    assert cuda_plans(1, 128).kernel.name == prefix + "p0_mma_s3_w8"
+    assert cuda_plans(1, 128).kernel.name == "decode_tc_wide" + prefix
     # 4 sequences (32 groups) at 8k: the fused split-K of 1024-token partitions.
     plan = cuda_plans(4, 512)
-    assert plan.kernel.name == prefix + "p1024_mma_s3_fused"
+    assert plan.kernel.name == "decode_tc_splitk" + prefix + "_p1024"
     assert plan.fused and plan.grid == (128 * 8, 4, 8)
     # Its partials in one array: (4, 32, 8) rows of 128 outputs, a maximum and a sum.
     assert plan.partial_shapes == ((4 * 32 * 8 * 130,),) and plan.counter_slots == 32
-    # 48 sequences (384 groups) past 16k tokens: split-K, 2048-token partitions of mma_u2.
+    # 48 sequences (384 groups) past 16k tokens: the direct split-K, 2048-token partitions.
     plan = cuda_plans(48, 2048)
-    assert plan.kernel.name == prefix + "p2048_mma_u2_fused"
+    assert plan.kernel.name == "decode_tc_splitk_direct" + prefix + "_p2048"
     assert plan.grid[2] == 16
 
 
 def test_cuda_few_groups_on_long_tables_aim_at_256_threadgroups(cuda_plans):
-    prefix = "paged_decode_cuda_bf16_hd128_bs16_g4_"
-    # 1, 2 and 4 sequences of 8 KV heads at 32k tokens: 256 threadgroups of mma_u2 each.
+    prefix = "_cuda_bf16_hd128_bs16_g4"
+    # 1, 2 and 4 sequences of 8 KV heads at 32k tokens: 256 threadgroups each.
     for seqs, size in ((1, 1024), (2, 2048), (4, 4096)):
         plan = cuda_plans(seqs, 2048)
-        assert plan.kernel.name == prefix + f"p{size}_mma_u2_fused"
+        assert plan.kernel.name == "decode_tc_splitk_direct" + prefix + f"_p{size}"
         assert plan.fused and plan.grid == (128 * 8, seqs, 32768 // size)
         assert plan.partial_shapes == ((seqs * 32 * (32768 // size) * 130,),)
 
@@ -174,3 +173,15 @@ def test_compiled_launch_traces_once_and_replays_on_new_inputs(kind):
     if kind == "two_pass":
         assert len(reduce_kernel.calls) == 1 + 3
     assert not mx.array_equal(answers[0], answers[1]).item()
+
+
+def test_forced_kernels_and_partition_lengths(cuda_plans):
+    plan = _plan(2, 128, kernel="decode_simt")
+    assert plan.name == "decode_simt_metal_bf16_hd128_bs16_g4" and plan.partial_shapes == ()
+    with pytest.raises(UnsupportedSpecError, match="not a kernel to launch"):
+        _plan(2, 128, kernel="decode_reduce")
+    with pytest.raises(UnsupportedSpecError, match="CUDA only"):
+        _plan(2, 128, kernel="decode_tc")
+    plan = _plan(2, 2048, backend="cuda", kernel="decode_tc_splitk_direct", partition_size=4096)
+    assert plan.name == "decode_tc_splitk_direct_cuda_bf16_hd128_bs16_g4_p4096"
+    assert plan.grid[2] == 8

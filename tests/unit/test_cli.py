@@ -33,35 +33,22 @@ def test_kv_paged_flag(argv, expected):
     assert build_parser().parse_args(["serve", *argv]).kv_paged is expected
 
 
-def test_unimplemented_commands_say_so(capsys):
-    assert main(["bench", "serve"]) == 2
-    assert "not implemented yet" in capsys.readouterr().err
-
-
 def test_bench_kernels_skip_names_every_column_a_sweep_adds():
-    from mlx_paged.bench.kernels import method_names, unknown_skips
+    from mlx_paged.bench.kernels import method_names, paged_runs, unknown_skips
     args = build_parser().parse_args(
-        ["bench", "kernels", "--variant", "mma_s3_fused", "--partition-size", "2048",
-         "--skip", "paged_2pass_p2048", "--skip", "paged_mma_s3_fused_p2048",
-         "--skip", "torch_sdpa"])
+        ["bench", "kernels", "--kernel", "decode_tc_splitk", "--kernel", "decode_simt",
+         "--skip", "paged_decode_simt", "--skip", "torch_sdpa"])
     assert method_names(args) == [
-        "paged", "paged_1pass", "paged_2pass", "paged_2pass_p128", "gather_sdpa",
-        "paged_2pass_p2048", "paged_mma_s3_fused", "paged_mma_s3_fused_p2048",
+        "paged", "paged_decode_tc_splitk", "paged_decode_simt", "gather_sdpa",
         "paged_read", "mlx_sdpa", "torch_sdpa"]
+    assert paged_runs(args)["paged_decode_tc_splitk"] == dict(kernel="decode_tc_splitk")
     assert unknown_skips(args) == []
 
 
-def test_bench_kernels_times_variants_in_one_pass_on_request():
-    from mlx_paged.bench.kernels import method_names, paged_runs
-    args = build_parser().parse_args(
-        ["bench", "kernels", "--variant", "mma_s3_fused", "--variant", "mma_u2_fused",
-         "--single-pass-variants"])
-    assert method_names(args)[5:9] == ["paged_mma_s3_fused", "paged_mma_s3_fused_1pass",
-                                       "paged_mma_u2_fused", "paged_mma_u2_fused_1pass"]
-    assert paged_runs(args)["paged_mma_u2_fused_1pass"] == dict(variant="mma_u2_fused",
-                                                               single_pass=True)
-    plain = build_parser().parse_args(["bench", "kernels", "--variant", "mma_s3_fused"])
-    assert "paged_mma_s3_fused_1pass" not in method_names(plain)
+def test_bench_kernels_refuses_a_kernel_that_is_not_one(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "kernels", "--kernel", "decode_reduce"])
+    assert "invalid choice" in capsys.readouterr().err
 
 
 def test_bench_kernels_rejects_a_skip_that_matches_no_column(capsys):

@@ -1,31 +1,35 @@
 template <typename T>
-[[kernel]] void custom_kernel_paged_decode_metal_f32_hd96_bs8_g5_p0__float_float_float_float_int32_t_int32_t_floatc_float(
-  const device float* queries [[buffer(0)]],
+[[kernel]] void custom_kernel_decode_simt_splitk_metal_bf16_hd128_bs16_g4_p512_sw__bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_int32_t_int32_t_floatc_int32_tc_float_float_float(
+  const device bfloat16_t* queries [[buffer(0)]],
   const constant int64_t* queries_strides [[buffer(1)]],
-  const device float* k_pages [[buffer(2)]],
+  const device bfloat16_t* k_pages [[buffer(2)]],
   const constant int64_t* k_pages_strides [[buffer(3)]],
-  const device float* v_pages [[buffer(4)]],
+  const device bfloat16_t* v_pages [[buffer(4)]],
   const constant int64_t* v_pages_strides [[buffer(5)]],
   const device int32_t* block_tables [[buffer(6)]],
   const constant int64_t* block_tables_strides [[buffer(7)]],
   const device int32_t* seq_lens [[buffer(8)]],
   const constant float* scale [[buffer(9)]],
-  device float* out [[buffer(10)]],
+  const constant int32_t* window [[buffer(10)]],
+  device float* partial_out [[buffer(11)]],
+  device float* partial_max [[buffer(12)]],
+  device float* partial_sum [[buffer(13)]],
   uint simdgroup_index_in_threadgroup [[simdgroup_index_in_threadgroup]],
   uint thread_index_in_simdgroup [[thread_index_in_simdgroup]],
   uint thread_index_in_threadgroup [[thread_index_in_threadgroup]],
   uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]],
   uint3 threadgroups_per_grid [[threadgroups_per_grid]]) {
-// paged_decode_metal_f32_hd96_bs8_g5_p0
-constexpr int HEAD_DIM = 96;
-constexpr int BLOCK_SIZE = 8;
-constexpr int GQA = 5;
+// decode_simt_splitk_metal_bf16_hd128_bs16_g4_p512_sw
+constexpr int HEAD_DIM = 128;
+constexpr int BLOCK_SIZE = 16;
+constexpr int GQA = 4;
 constexpr int NSG = 4;
 constexpr int TPR = 16;
-constexpr int EPL = 6;
+constexpr int EPL = 8;
 constexpr int RPW = 32 / TPR;
 constexpr int TOK = BLOCK_SIZE / RPW;
-constexpr int CHUNK = 4;
+constexpr int CHUNK = 8;
+constexpr int PARTITION = 512;
 const float pa_log2e = 1.4426950408889634f;
 const float pa_fmin = Limits<float>::finite_min;
 
@@ -39,13 +43,15 @@ const int pa_row = pa_lane / TPR;
 const int pa_sub = pa_lane % TPR;
 
 const int pa_len = seq_lens[pa_seq];
-int pa_begin = 0;
-int pa_end = pa_len;
+const int pa_part = threadgroup_position_in_grid.z;
+const int pa_num_parts = threadgroups_per_grid.z;
+int pa_begin = pa_part * PARTITION;
+int pa_end = min(pa_len, pa_begin + PARTITION);
+// Decode queries sit at position len - 1 and see the last `window` keys.
+pa_begin = max(pa_begin, pa_len - window[0]);
+// Partitions with nothing to see exit before any barrier (uniform across the threadgroup);
+// the reduce kernel skips them by the same rule.
 if (pa_begin >= pa_end) {
-  for (int i = pa_tid; i < GQA * HEAD_DIM; i += NSG * 32) {
-    const int g = i / HEAD_DIM;
-    out[(int64_t(pa_seq) * pa_num_kv_heads * GQA + pa_kv_head * GQA + g) * HEAD_DIM + i % HEAD_DIM] = static_cast<T>(0.0f);
-  }
   return;
 }
 
@@ -205,10 +211,16 @@ for (int i = pa_tid; i < GQA * HEAD_DIM; i += NSG * 32) {
     o_all += tg_o[w][g][dim] * f;
   }
   const int64_t row_out = int64_t(pa_seq) * pa_num_kv_heads * GQA + pa_kv_head * GQA + g;
-  out[row_out * HEAD_DIM + dim] = static_cast<T>(o_all / l_all);
+  // fp32 partials, unnormalised: the reduce kernel weighs them by exp2(max - global max).
+  const int64_t part_row = row_out * pa_num_parts + pa_part;
+  partial_out[part_row * HEAD_DIM + dim] = o_all;
+  if (dim == 0) {
+    partial_max[part_row] = m_all;
+    partial_sum[part_row] = l_all;
+  }
 }
 
 }
 
-template [[host_name("custom_kernel_paged_decode_metal_f32_hd96_bs8_g5_p0__float_float_float_float_int32_t_int32_t_floatc_float")]] [[kernel]] decltype(custom_kernel_paged_decode_metal_f32_hd96_bs8_g5_p0__float_float_float_float_int32_t_int32_t_floatc_float<float>) custom_kernel_paged_decode_metal_f32_hd96_bs8_g5_p0__float_float_float_float_int32_t_int32_t_floatc_float<float>;
+template [[host_name("custom_kernel_decode_simt_splitk_metal_bf16_hd128_bs16_g4_p512_sw__bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_int32_t_int32_t_floatc_int32_tc_float_float_float")]] [[kernel]] decltype(custom_kernel_decode_simt_splitk_metal_bf16_hd128_bs16_g4_p512_sw__bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_int32_t_int32_t_floatc_int32_tc_float_float_float<bfloat16_t>) custom_kernel_decode_simt_splitk_metal_bf16_hd128_bs16_g4_p512_sw__bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_int32_t_int32_t_floatc_int32_tc_float_float_float<bfloat16_t>;
 

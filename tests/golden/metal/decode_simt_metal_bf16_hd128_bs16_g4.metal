@@ -1,5 +1,5 @@
 template <typename T>
-[[kernel]] void custom_kernel_paged_decode_metal_bf16_hd128_bs16_g4_p0__bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_int32_t_int32_t_floatc_bfloat16_t(
+[[kernel]] void custom_kernel_decode_simt_metal_bf16_hd128_bs16_g4__bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_int32_t_int32_t_floatc_bfloat16_t(
   const device bfloat16_t* queries [[buffer(0)]],
   const constant int64_t* queries_strides [[buffer(1)]],
   const device bfloat16_t* k_pages [[buffer(2)]],
@@ -16,7 +16,7 @@ template <typename T>
   uint thread_index_in_threadgroup [[thread_index_in_threadgroup]],
   uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]],
   uint3 threadgroups_per_grid [[threadgroups_per_grid]]) {
-// paged_decode_metal_bf16_hd128_bs16_g4_p0
+// decode_simt_metal_bf16_hd128_bs16_g4
 constexpr int HEAD_DIM = 128;
 constexpr int BLOCK_SIZE = 16;
 constexpr int GQA = 4;
@@ -210,5 +210,5 @@ for (int i = pa_tid; i < GQA * HEAD_DIM; i += NSG * 32) {
 
 }
 
-template [[host_name("custom_kernel_paged_decode_metal_bf16_hd128_bs16_g4_p0__bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_int32_t_int32_t_floatc_bfloat16_t")]] [[kernel]] decltype(custom_kernel_paged_decode_metal_bf16_hd128_bs16_g4_p0__bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_int32_t_int32_t_floatc_bfloat16_t<bfloat16_t>) custom_kernel_paged_decode_metal_bf16_hd128_bs16_g4_p0__bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_int32_t_int32_t_floatc_bfloat16_t<bfloat16_t>;
+template [[host_name("custom_kernel_decode_simt_metal_bf16_hd128_bs16_g4__bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_int32_t_int32_t_floatc_bfloat16_t")]] [[kernel]] decltype(custom_kernel_decode_simt_metal_bf16_hd128_bs16_g4__bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_int32_t_int32_t_floatc_bfloat16_t<bfloat16_t>) custom_kernel_decode_simt_metal_bf16_hd128_bs16_g4__bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_int32_t_int32_t_floatc_bfloat16_t<bfloat16_t>;
 

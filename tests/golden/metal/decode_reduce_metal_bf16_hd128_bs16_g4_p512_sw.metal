@@ -1,16 +1,16 @@
 template <typename T>
-[[kernel]] void custom_kernel_paged_decode_reduce_metal_f16_hd128_bs8_g4_p512_sw__float16_t_float_float_float_int32_t_int32_tc_float16_t(
+[[kernel]] void custom_kernel_decode_reduce_metal_bf16_hd128_bs16_g4_p512_sw__bfloat16_t_float_float_float_int32_t_int32_tc_bfloat16_t(
   const device float* partial_out [[buffer(0)]],
   const device float* partial_max [[buffer(1)]],
   const constant int* partial_max_shape [[buffer(2)]],
   const device float* partial_sum [[buffer(3)]],
   const device int32_t* seq_lens [[buffer(4)]],
   const constant int32_t* window [[buffer(5)]],
-  device float16_t* out [[buffer(6)]],
+  device bfloat16_t* out [[buffer(6)]],
   uint thread_index_in_simdgroup [[thread_index_in_simdgroup]],
   uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]],
   uint3 threadgroups_per_grid [[threadgroups_per_grid]]) {
-// paged_decode_reduce_metal_f16_hd128_bs8_g4_p512_sw
+// decode_reduce_metal_bf16_hd128_bs16_g4_p512_sw
 constexpr int HEAD_DIM = 128;
 constexpr int PARTITION = 512;
 const float pr_fmin = Limits<float>::finite_min;
@@ -48,5 +48,5 @@ for (int dim = pr_lane; dim < HEAD_DIM; dim += 32) {
 
 }
 
-template [[host_name("custom_kernel_paged_decode_reduce_metal_f16_hd128_bs8_g4_p512_sw__float16_t_float_float_float_int32_t_int32_tc_float16_t")]] [[kernel]] decltype(custom_kernel_paged_decode_reduce_metal_f16_hd128_bs8_g4_p512_sw__float16_t_float_float_float_int32_t_int32_tc_float16_t<float16_t>) custom_kernel_paged_decode_reduce_metal_f16_hd128_bs8_g4_p512_sw__float16_t_float_float_float_int32_t_int32_tc_float16_t<float16_t>;
+template [[host_name("custom_kernel_decode_reduce_metal_bf16_hd128_bs16_g4_p512_sw__bfloat16_t_float_float_float_int32_t_int32_tc_bfloat16_t")]] [[kernel]] decltype(custom_kernel_decode_reduce_metal_bf16_hd128_bs16_g4_p512_sw__bfloat16_t_float_float_float_int32_t_int32_tc_bfloat16_t<bfloat16_t>) custom_kernel_decode_reduce_metal_bf16_hd128_bs16_g4_p512_sw__bfloat16_t_float_float_float_int32_t_int32_tc_bfloat16_t<bfloat16_t>;
 
