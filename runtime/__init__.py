@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from .llm import LLM, CompletionResult  # noqa: E402
-from .sampling_params import SamplingParams  # noqa: E402
+from mlx_paged.engine.llm import LLM, CompletionResult  # noqa: E402
+from mlx_paged.sampling.sampling_params import SamplingParams  # noqa: E402
 
 __all__ = ["LLM", "CompletionResult", "SamplingParams", "__version__"]

@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from .gguf_convert import convert_gguf
+from mlx_paged.models.gguf_convert import convert_gguf
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 from typing import Optional
 
-from .default_model import DEFAULT_MODEL_NAME, default_model_path
+from mlx_paged.models.default_model import DEFAULT_MODEL_NAME, default_model_path
 
 logger = logging.getLogger(__name__)
 

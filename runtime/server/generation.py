@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import queue
 
-from ..errors import InvalidRequestError
-from .client_liveness import INTERIM_CONTINUE, KEEPALIVE_COMMENT, ClientWatch
-from .protocol import ParsedRequest, parse_chat, parse_completion
-from .responses import SSE_DONE, ResponseBuilder, sse_event, usage
-from .tool_calls import ToolCallExtractor
+from mlx_paged.errors import InvalidRequestError
+from mlx_paged.server.client_liveness import INTERIM_CONTINUE, KEEPALIVE_COMMENT, ClientWatch
+from mlx_paged.server.protocol import ParsedRequest, parse_chat, parse_completion
+from mlx_paged.server.responses import SSE_DONE, ResponseBuilder, sse_event, usage
+from mlx_paged.server.tool_calls import ToolCallExtractor
 
 PARSERS = {"/v1/chat/completions": parse_chat, "/chat/completions": parse_chat,
            "/v1/completions": parse_completion}

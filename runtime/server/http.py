@@ -14,11 +14,11 @@ import logging
 from http.server import BaseHTTPRequestHandler
 from typing import Optional
 
-from ..errors import InvalidRequestError
-from ..metrics import render_prometheus
-from .generation import GenerationMixin
-from .request_body import content_length, parse_json_body, read_exactly
-from .state import ServerState
+from mlx_paged.errors import InvalidRequestError
+from mlx_paged.engine.metrics import render_prometheus
+from mlx_paged.server.generation import GenerationMixin
+from mlx_paged.server.request_body import content_length, parse_json_body, read_exactly
+from mlx_paged.server.state import ServerState
 
 logger = logging.getLogger("mlx_paged.server")
 

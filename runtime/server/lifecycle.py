@@ -11,7 +11,7 @@ import logging
 import signal
 import threading
 
-from .state import ServerState, wait_for_idle
+from mlx_paged.server.state import ServerState, wait_for_idle
 
 logger = logging.getLogger("mlx_paged")
 

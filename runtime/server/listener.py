@@ -6,9 +6,9 @@ import logging
 import sys
 from http.server import ThreadingHTTPServer
 
-from .connections import ConnectionGuard
-from .http import GONE, APIHandler, error_body
-from .state import ServerState
+from mlx_paged.server.connections import ConnectionGuard
+from mlx_paged.server.http import GONE, APIHandler, error_body
+from mlx_paged.server.state import ServerState
 
 logger = logging.getLogger("mlx_paged.server")
 

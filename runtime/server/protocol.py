@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..errors import InvalidRequestError
-from ..sampling_params import SamplingParams
+from mlx_paged.errors import InvalidRequestError
+from mlx_paged.sampling.sampling_params import SamplingParams
 
 MAX_TOKENS_LIMIT = 1_000_000
 ROLES = ("system", "developer", "user", "assistant", "tool")

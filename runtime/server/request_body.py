@@ -7,7 +7,7 @@ import json
 import re
 from typing import Callable
 
-from ..errors import InvalidRequestError
+from mlx_paged.errors import InvalidRequestError
 
 MAX_JSON_DEPTH = 64
 _DIGITS = re.compile(r"[0-9]{1,19}")

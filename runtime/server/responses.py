@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import Optional
 
-from ..outputs import TokenLogprob
+from mlx_paged.engine.outputs import TokenLogprob
 
 SSE_DONE = b"data: [DONE]\n\n"
 

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..engine import Engine
-from .connections import ConnectionGuard
+from mlx_paged.engine.core import Engine
+from mlx_paged.server.connections import ConnectionGuard
 
 
 @dataclass

@@ -7,7 +7,7 @@ import json
 import logging
 import uuid
 
-from ..stop_strings import partial_suffix_len
+from mlx_paged.sampling.stop_strings import partial_suffix_len
 
 logger = logging.getLogger(__name__)
 

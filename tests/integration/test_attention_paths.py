@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mlx_paged import LLM, SamplingParams
-from mlx_paged.metrics import render_prometheus
-from mlx_paged.kv_layout import probe_kv_layout
+from mlx_paged.engine.metrics import render_prometheus
+from mlx_paged.kv.kv_layout import probe_kv_layout
 
 
 def test_probe_sees_query_heads_and_windows(tiny_model_dir):

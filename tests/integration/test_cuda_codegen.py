@@ -62,7 +62,7 @@ def test_broken_bodies_fail(bad, message):
 
 
 def test_cli_renders_and_checks_a_cuda_spec(capsys):
-    from mlx_paged.cli import main
+    from mlx_paged.cli.main import main
 
     assert main(["kernels", "render", "decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024",
                  "--check"]) == 0

@@ -138,7 +138,7 @@ def broken_array() -> mx.array:
 def test_pool_pages_whose_write_failed_are_zeroed_and_the_prefix_cache_dropped(llm):
     if llm.engine.kv is None:
         pytest.skip("paged path only")
-    from mlx_paged.fault_isolation import reset_sampling_state
+    from mlx_paged.engine.fault_isolation import reset_sampling_state
 
     runner, block_pool = llm.engine.runner, llm.engine.kv.block_pool
     llm.generate("hello world " * 20, params(llm, max_tokens=2))

@@ -27,7 +27,7 @@ def test_models_the_paged_path_cannot_serve_are_refused_with_the_way_out(tiny_mo
 
 
 def test_latent_attention_is_refused_by_its_behaviour_not_by_a_list(tiny_model_dir):
-    from mlx_paged.attention_hook import UNSUPPORTED_MODEL_TYPES
+    from mlx_paged.kv.attention_hook import UNSUPPORTED_MODEL_TYPES
 
     assert "mistral3" not in UNSUPPORTED_MODEL_TYPES  # only the probe refuses mistral3:mistral4
 

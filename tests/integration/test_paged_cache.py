@@ -8,8 +8,8 @@ import pytest
 from mlx_lm import load
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlx_paged.attention_hook import check_model_supported, install_attention_hook
-from mlx_paged.paged_cache import PagedAttentionMetadata, PagedKVPool, PagedLayerCache
+from mlx_paged.kv.attention_hook import check_model_supported, install_attention_hook
+from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedKVPool, PagedLayerCache
 
 
 def metadata(tables, lens_before, num_new, block_size, width):

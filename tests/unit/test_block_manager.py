@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlx_paged.block_pool import BlockPool
-from mlx_paged.kv_cache_manager import KVCacheManager
-from mlx_paged.kv_cache_utils import (FreeKVCacheBlockQueue, KVCacheBlock, hash_block_tokens,
+from mlx_paged.kv.block_pool import BlockPool
+from mlx_paged.kv.kv_cache_manager import KVCacheManager
+from mlx_paged.kv.kv_cache_utils import (FreeKVCacheBlockQueue, KVCacheBlock, hash_block_tokens,
                                       hash_request_blocks)
 
 

@@ -2,7 +2,7 @@ import argparse
 
 import pytest
 
-from mlx_paged.cli import build_parser, main, parse_size
+from mlx_paged.cli.main import build_parser, main, parse_size
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -58,7 +58,7 @@ def test_bench_kernels_rejects_a_skip_that_matches_no_column(capsys):
 
 
 def test_api_key_sources(tmp_path, monkeypatch):
-    from mlx_paged.cli import API_KEY_ENV, build_parser, resolve_api_key
+    from mlx_paged.cli.main import API_KEY_ENV, build_parser, resolve_api_key
 
     def key(*argv):
         return resolve_api_key(build_parser().parse_args(["serve", *argv]))

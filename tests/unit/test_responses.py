@@ -2,7 +2,7 @@
 
 import json
 
-from mlx_paged.outputs import TokenLogprob
+from mlx_paged.engine.outputs import TokenLogprob
 from mlx_paged.server.responses import SSE_DONE, ResponseBuilder, sse_event, usage
 
 

@@ -1,7 +1,7 @@
 import pytest
 
 from mlx_paged.errors import InvalidRequestError
-from mlx_paged.sampling_params import SamplingParams
+from mlx_paged.sampling.sampling_params import SamplingParams
 
 
 @pytest.mark.parametrize("field,value", [

@@ -1,4 +1,4 @@
-from mlx_paged.stop_strings import StopStringMatcher, partial_suffix_len
+from mlx_paged.sampling.stop_strings import StopStringMatcher, partial_suffix_len
 
 
 def feed_all(matcher, pieces):

@@ -8,11 +8,11 @@ from typing import Optional
 
 import mlx.core as mx
 
-from .attention_hook import check_model_supported, install_attention_hook
-from .kv_cache_manager import KVCacheManager
-from .kv_layout import KVLayout, probe_kv_layout
-from .paged_cache import PagedKVPool
-from .paged_runner import PagedRunner
+from mlx_paged.kv.attention_hook import check_model_supported, install_attention_hook
+from mlx_paged.kv.kv_cache_manager import KVCacheManager
+from mlx_paged.kv.kv_layout import KVLayout, probe_kv_layout
+from mlx_paged.kv.paged_cache import PagedKVPool
+from mlx_paged.runner.paged_runner import PagedRunner
 
 logger = logging.getLogger(__name__)
 

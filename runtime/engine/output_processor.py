@@ -8,9 +8,9 @@ from typing import Optional
 
 import mlx.core as mx
 
-from .outputs import RequestOutput, TokenLogprob
-from .request import Request
-from .stop_strings import StopStringMatcher
+from mlx_paged.engine.outputs import RequestOutput, TokenLogprob
+from mlx_paged.engine.request import Request
+from mlx_paged.sampling.stop_strings import StopStringMatcher
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ import re
 import sys
 from typing import Optional
 
-from .config import EngineConfig
+from mlx_paged.engine.config import EngineConfig
 
 logger = logging.getLogger("mlx_paged")
 
@@ -134,9 +134,9 @@ def resolve_api_key(args: argparse.Namespace) -> Optional[str]:
 
 def serve(args: argparse.Namespace) -> int:
     """Load the model, start the engine thread and serve HTTP until a signal arrives."""
-    from .server.lifecycle import serve_until_signal
-    from .server.listener import make_server
-    from .server.state import ServerState
+    from mlx_paged.server.lifecycle import serve_until_signal
+    from mlx_paged.server.listener import make_server
+    from mlx_paged.server.state import ServerState
 
     try:
         api_key = resolve_api_key(args)
@@ -174,8 +174,8 @@ def serve(args: argparse.Namespace) -> int:
 def _start_engine(args: argparse.Namespace):
     """(engine, model id) for the serve flags, or an exit code after logging why the model
     cannot be served."""
-    from .engine import Engine
-    from .models.loader import load_model
+    from mlx_paged.engine.core import Engine
+    from mlx_paged.models.loader import load_model
 
     config = EngineConfig(kv_paged=args.kv_paged, max_num_seqs=args.decode_concurrency,
                           max_num_prefill_seqs=args.prompt_concurrency,
@@ -214,11 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
-    from .bench_cli import add_bench_parsers
+    from mlx_paged.cli.bench import add_bench_parsers
 
     add_bench_parsers(bench_sub)
 
-    from .kernels_cli import add_kernels_parser
+    from mlx_paged.cli.kernels import add_kernels_parser
 
     add_kernels_parser(sub)
     return parser

@@ -14,9 +14,9 @@ import copy
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
-from .model_runner import LookaheadDecoder, ModelRunner, RowOutput
-from .request import Request
-from .scheduler import PromptSchedule
+from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
+from mlx_paged.engine.request import Request
+from mlx_paged.engine.scheduler import PromptSchedule
 
 
 def _merge(per_request_caches: list[list]) -> list:

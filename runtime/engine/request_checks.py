@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .errors import InvalidRequestError
-from .sampling_params import SamplingParams
+from mlx_paged.errors import InvalidRequestError
+from mlx_paged.sampling.sampling_params import SamplingParams
 
 _CONTEXT_KEYS = ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions",
                  "max_seq_len", "n_ctx")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-from .fault_isolation import reset_sampling_state
-from .request import Request
+from mlx_paged.engine.fault_isolation import reset_sampling_state
+from mlx_paged.engine.request import Request
 
 logger = logging.getLogger("mlx_paged.engine")
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .errors import InvalidRequestError
+from mlx_paged.errors import InvalidRequestError
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_LENGTH = 256

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Optional, Protocol, Sequence
 
-from .block_pool import BlockPool
-from .kv_cache_utils import BlockHash, KVCacheBlock, hash_request_blocks
+from mlx_paged.kv.block_pool import BlockPool
+from mlx_paged.kv.kv_cache_utils import BlockHash, KVCacheBlock, hash_request_blocks
 
 
 class PagedRequest(Protocol):

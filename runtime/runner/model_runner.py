@@ -13,9 +13,9 @@ from typing import Optional
 
 import mlx.core as mx
 
-from .request import Request
-from .sampler import sample
-from .scheduler import PromptSchedule
+from mlx_paged.engine.request import Request
+from mlx_paged.sampling.sampler import sample
+from mlx_paged.engine.scheduler import PromptSchedule
 
 
 @dataclass(slots=True)

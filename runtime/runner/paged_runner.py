@@ -11,11 +11,11 @@ import mlx.core as mx
 
 from mlx_paged.kernels.kernel_inputs import input_array
 
-from .kv_cache_manager import KVCacheManager
-from .model_runner import LookaheadDecoder, ModelRunner, RowOutput
-from .paged_cache import PagedAttentionMetadata, PagedKVPool, PagedLayerCache
-from .request import Request
-from .scheduler import PromptSchedule
+from mlx_paged.kv.kv_cache_manager import KVCacheManager
+from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
+from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedKVPool, PagedLayerCache
+from mlx_paged.engine.request import Request
+from mlx_paged.engine.scheduler import PromptSchedule
 
 
 class PagedRunner(LookaheadDecoder, ModelRunner):

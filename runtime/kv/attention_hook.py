@@ -16,7 +16,7 @@ import mlx_lm.models.base as base
 from mlx_paged.kernels.paged_attention import paged_attention_decode
 from mlx_paged.kernels.paged_attention_reference import paged_attention_reference
 
-from .paged_cache import PagedLayerCache, PagedMask
+from mlx_paged.kv.paged_cache import PagedLayerCache, PagedMask
 
 _original = base.scaled_dot_product_attention
 

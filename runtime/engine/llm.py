@@ -6,11 +6,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Union
 
-from .config import EngineConfig
-from .engine import Engine
-from .models.loader import load_model
-from .outputs import TokenLogprob
-from .sampling_params import SamplingParams
+from mlx_paged.engine.config import EngineConfig
+from mlx_paged.engine.core import Engine
+from mlx_paged.models.loader import load_model
+from mlx_paged.engine.outputs import TokenLogprob
+from mlx_paged.sampling.sampling_params import SamplingParams
 
 Prompt = Union[str, Sequence[int]]
 

@@ -15,7 +15,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import TokenBuffer
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
-from .sampling_params import SamplingParams
+from mlx_paged.sampling.sampling_params import SamplingParams
 
 Sampler = Callable[[mx.array], mx.array]
 LogitsProcessor = Callable[[mx.array, mx.array], mx.array]

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .sampling_params import SamplingParams
+from mlx_paged.sampling.sampling_params import SamplingParams
 
 _ids = itertools.count()
 

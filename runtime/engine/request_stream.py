@@ -5,11 +5,11 @@ from __future__ import annotations
 import queue
 from typing import TYPE_CHECKING, Optional
 
-from .outputs import RequestOutput
-from .request import Request
+from mlx_paged.engine.outputs import RequestOutput
+from mlx_paged.engine.request import Request
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from mlx_paged.engine.core import Engine
 
 
 class RequestStream:

@@ -15,20 +15,20 @@ from typing import Optional
 import mlx.core as mx
 from mlx_lm.generate import generation_stream
 
-from .config import EngineConfig
-from .contiguous_runner import ContiguousRunner
-from .fault_isolation import SamplingCheck
-from .metrics import EngineMetrics
-from .output_processor import OutputProcessor
-from .outputs import RequestOutput
-from .paged_setup import build_paged_path
-from .request import Request, RequestStatus
-from .request_checks import context_length, fit_request
-from .request_stream import RequestStream
-from .sampler import make_row_sampling
-from .sampling_params import SamplingParams
-from .scheduler import Scheduler
-from .step_recovery import StepRecovery
+from mlx_paged.engine.config import EngineConfig
+from mlx_paged.runner.contiguous_runner import ContiguousRunner
+from mlx_paged.engine.fault_isolation import SamplingCheck
+from mlx_paged.engine.metrics import EngineMetrics
+from mlx_paged.engine.output_processor import OutputProcessor
+from mlx_paged.engine.outputs import RequestOutput
+from mlx_paged.kv.paged_setup import build_paged_path
+from mlx_paged.engine.request import Request, RequestStatus
+from mlx_paged.engine.request_checks import context_length, fit_request
+from mlx_paged.engine.request_stream import RequestStream
+from mlx_paged.sampling.sampler import make_row_sampling
+from mlx_paged.sampling.sampling_params import SamplingParams
+from mlx_paged.engine.scheduler import Scheduler
+from mlx_paged.engine.step_recovery import StepRecovery
 
 logger = logging.getLogger(__name__)
 

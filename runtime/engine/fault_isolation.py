@@ -14,8 +14,8 @@ from typing import Sequence
 
 import mlx.core as mx
 
-from .sampler import RowSampling, _cached_sampler, make_row_sampling
-from .sampling_params import SamplingParams
+from mlx_paged.sampling.sampler import RowSampling, _cached_sampler, make_row_sampling
+from mlx_paged.sampling.sampling_params import SamplingParams
 
 
 def reset_sampling_state() -> None:

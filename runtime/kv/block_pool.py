@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from .kv_cache_utils import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
+from mlx_paged.kv.kv_cache_utils import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
 
 
 class BlockPool:

@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
-from .request import Request, RequestStatus
+from mlx_paged.engine.request import Request, RequestStatus
 
 
 class KVSpace(Protocol):
