@@ -1,5 +1,5 @@
-# Two commands: `make serve` serves the embedded SmolLM2 on 127.0.0.1:8080, `make test` runs the
-# suite. Both create .venv and install the MLX build that fits this machine on first use.
+# Two commands: `make serve` serves the embedded SmolLM2 on 127.0.0.1:8080, `make test` lints and
+# runs the suite. Both create .venv and install the MLX build that fits this machine on first use.
 
 PYTHON ?= python3
 VENV := .venv
@@ -20,7 +20,7 @@ endif
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: serve test install bench clean
+.PHONY: serve test lint install bench bench-docs clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -35,7 +35,11 @@ install: $(VENV)/.installed
 serve: $(VENV)/.installed
 	$(BIN)/mlx-paged serve $(ARGS)
 
-test: $(VENV)/.installed
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed

@@ -49,26 +49,37 @@ def main(args) -> int:
     model = args.model
     if model is None:
         tmp = tempfile.TemporaryDirectory()
-        print("building a random ~1B llama (hidden 2048, 16 layers, 32/8 heads, bf16)...",
-              flush=True)
+        print(
+            "building a random ~1B llama (hidden 2048, 16 layers, 32/8 heads, bf16)...", flush=True
+        )
         model = str(build_random_llama(Path(tmp.name) / "llama-1b-random"))
     rng = np.random.default_rng(0)
     prompts = [rng.integers(2, 32000, size=args.prompt).tolist() for _ in range(args.batch)]
-    common = dict(max_num_seqs=args.batch, max_num_prefill_seqs=args.prefill_batch,
-                  prefill_step_size=args.prompt, enable_prefix_caching=False)
+    common = dict(
+        max_num_seqs=args.batch,
+        max_num_prefill_seqs=args.prefill_batch,
+        prefill_step_size=args.prompt,
+        enable_prefix_caching=False,
+    )
     methods = {}
-    for name, kwargs in (("paged_kernel", dict(paged_attention="kernel")),
-                         ("paged_reference", dict(paged_attention="reference")),
-                         ("contiguous", dict(kv_paged=False))):
+    for name, kwargs in (
+        ("paged_kernel", dict(paged_attention="kernel")),
+        ("paged_reference", dict(paged_attention="reference")),
+        ("contiguous", dict(kv_paged=False)),
+    ):
         llm = LLM(model, **common, **kwargs)
-        tok_s, samples = _decode_tok_s(lambda n: _timed_engine(llm, prompts, n), args.batch,
-                                       args.new, args.repeats)
+        tok_s, samples = _decode_tok_s(
+            lambda n, llm=llm: _timed_engine(llm, prompts, n), args.batch, args.new, args.repeats
+        )
         methods[name] = {"decode_tok_s": tok_s, "samples": samples}
         if name == "paged_kernel":
             calls = llm.engine.runner.pool.attention_calls
             methods[name]["attention_calls"] = {f"{p}/{ph}": n for (p, ph), n in calls.items()}
-        print(f"{name:16s} {tok_s:9.1f} decode tok/s  (runs: "
-              f"{', '.join(f'{s:.1f}' for s in samples)})", flush=True)
+        print(
+            f"{name:16s} {tok_s:9.1f} decode tok/s  (runs: "
+            f"{', '.join(f'{s:.1f}' for s in samples)})",
+            flush=True,
+        )
         if name == "contiguous":
             bg_model = llm.model
         else:
@@ -76,23 +87,40 @@ def main(args) -> int:
             del llm
         mx.clear_cache()
     tok_s, samples = _decode_tok_s(
-        lambda n: run_batch_generator(bg_model, prompts, n, args.batch)[0], args.batch,
-        args.new, args.repeats)
+        lambda n: run_batch_generator(bg_model, prompts, n, args.batch)[0],
+        args.batch,
+        args.new,
+        args.repeats,
+    )
     methods["batch_generator"] = {"decode_tok_s": tok_s, "samples": samples}
-    print(f"{'batch_generator':16s} {tok_s:9.1f} decode tok/s  (runs: "
-          f"{', '.join(f'{s:.1f}' for s in samples)})", flush=True)
+    print(
+        f"{'batch_generator':16s} {tok_s:9.1f} decode tok/s  (runs: "
+        f"{', '.join(f'{s:.1f}' for s in samples)})",
+        flush=True,
+    )
     base = methods["batch_generator"]["decode_tok_s"]
     for entry in methods.values():
         entry["vs_batch_generator"] = entry["decode_tok_s"] / base
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "model": args.model or "random llama 1B (hidden 2048, 16 layers, 32/8 heads, bf16)",
-        "device": mx.device_info().get("device_name", str(mx.default_device())),
-        "mlx": mx.__version__, "machine": platform.machine(), "batch": args.batch,
-        "prompt_tokens": args.prompt, "new_tokens": args.new, "repeats": args.repeats,
-        "statistic": "median", "methods": methods,
-    }, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "model": args.model or "random llama 1B (hidden 2048, 16 layers, 32/8 heads, bf16)",
+                "device": mx.device_info().get("device_name", str(mx.default_device())),
+                "mlx": mx.__version__,
+                "machine": platform.machine(),
+                "batch": args.batch,
+                "prompt_tokens": args.prompt,
+                "new_tokens": args.new,
+                "repeats": args.repeats,
+                "statistic": "median",
+                "methods": methods,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {out}")
     if tmp is not None:
         tmp.cleanup()

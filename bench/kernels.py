@@ -22,8 +22,15 @@ from mlx_paged.kernels.paged_attention_reference import paged_attention_referenc
 
 from .paged_read import paged_read
 from .problems import contiguous_kv, make_problem
-from .timing import (copy_bandwidth, cuda_torch, launch_floor, time_mlx, time_mlx_chained,
-                     time_torch, to_torch)
+from .timing import (
+    copy_bandwidth,
+    cuda_torch,
+    launch_floor,
+    time_mlx,
+    time_mlx_chained,
+    time_torch,
+    to_torch,
+)
 
 _DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
 
@@ -58,26 +65,39 @@ def unknown_skips(args) -> list[str]:
 def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
     dtype = _DTYPES[args.dtype]
     q, k_pages, v_pages, tables, lens = make_problem(
-        batch, context, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
-        head_dim=args.head_dim, block_size=args.block_size, dtype=dtype,
-        pool_bytes=int(args.pool_gb * 2**30), sequential_blocks=args.sequential_blocks,
-        head_major_pages=getattr(args, "head_major_pages", False))
-    scale = args.head_dim ** -0.5
+        batch,
+        context,
+        num_heads=args.num_heads,
+        num_kv_heads=args.num_kv_heads,
+        head_dim=args.head_dim,
+        block_size=args.block_size,
+        dtype=dtype,
+        pool_bytes=int(args.pool_gb * 2**30),
+        sequential_blocks=args.sequential_blocks,
+        head_major_pages=getattr(args, "head_major_pages", False),
+    )
+    scale = args.head_dim**-0.5
     kv_bytes = 2 * batch * context * args.num_kv_heads * args.head_dim * dtype.size
     positions = (lens - 1)[:, None]
 
     def paged(**options):
-        return lambda queries: paged_attention_decode(queries, k_pages, v_pages, tables, lens,
-                                                      scale=scale, **options)
+        return lambda queries: paged_attention_decode(
+            queries, k_pages, v_pages, tables, lens, scale=scale, **options
+        )
 
     def gather_sdpa(queries):
-        return paged_attention_reference(queries, k_pages, v_pages, tables, lens, positions,
-                                         scale=scale)
+        return paged_attention_reference(
+            queries, k_pages, v_pages, tables, lens, positions, scale=scale
+        )
+
     # Every method maps queries to an output of the queries' shape, so `--chained` can feed
     # each call's output to the next. The peers are timed below.
     kernels = {name: paged(**options) for name, options in paged_runs(args).items()}
-    runs = {name: gather_sdpa if name == "gather_sdpa" else kernels[name]
-            for name in method_names(args) if name not in PEERS}
+    runs = {
+        name: gather_sdpa if name == "gather_sdpa" else kernels[name]
+        for name in method_names(args)
+        if name not in PEERS
+    }
     skip = set(getattr(args, "skip", []))
     for name in skip & set(runs):
         del runs[name]
@@ -89,8 +109,14 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
             return time_mlx_chained(fn, q, pipeline=pipeline) * 1e6
         return time_mlx(lambda: fn(q)) * 1e6
 
-    row = {"batch": batch, "context": context, "kv_bytes": kv_bytes, "us": {}, "tb_s": {},
-           "max_abs_diff_vs_paged": {}}
+    row = {
+        "batch": batch,
+        "context": context,
+        "kv_bytes": kv_bytes,
+        "us": {},
+        "tb_s": {},
+        "max_abs_diff_vs_paged": {},
+    }
     outputs: dict = {}
     for name, fn in list(runs.items()):
         try:
@@ -101,8 +127,11 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
             del runs[name]
     for name, fn in runs.items():
         row["us"][name] = timed(fn)
-    if ("paged_read" not in skip and current_backend() == "cuda"
-            and 32 % (args.head_dim * dtype.size // 16) == 0):
+    if (
+        "paged_read" not in skip
+        and current_backend() == "cuda"
+        and 32 % (args.head_dim * dtype.size // 16) == 0
+    ):
         # Not an attention: the same bytes read with no math, the ceiling of the access pattern.
         row["us"]["paged_read"] = time_mlx(lambda: paged_read(k_pages, v_pages, tables, lens)) * 1e6
     torch_ok = torch_ok and "torch_sdpa" not in skip
@@ -111,52 +140,64 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
     else:
         k, v = contiguous_kv(k_pages, v_pages, tables, context)
     if "mlx_sdpa" not in skip:
+
         def sdpa(queries):
             return mx.fast.scaled_dot_product_attention(queries, k, v, scale=scale)
+
         outputs["mlx_sdpa"] = sdpa(q)
         row["us"]["mlx_sdpa"] = timed(sdpa)
     if torch_ok:
         import torch
         import torch.nn.functional as F
+
         tq, tk, tv = to_torch(q), to_torch(k), to_torch(v)
         del k, v
         gqa = args.num_heads != args.num_kv_heads
         tout = F.scaled_dot_product_attention(tq, tk, tv, scale=scale, enable_gqa=gqa)
         torch.cuda.synchronize()
         outputs["torch_sdpa"] = mx.array(tout.float().cpu().numpy())
-        row["us"]["torch_sdpa"] = time_torch(
-            lambda: F.scaled_dot_product_attention(tq, tk, tv, scale=scale,
-                                                   enable_gqa=gqa)) * 1e6
+        row["us"]["torch_sdpa"] = (
+            time_torch(
+                lambda: F.scaled_dot_product_attention(tq, tk, tv, scale=scale, enable_gqa=gqa)
+            )
+            * 1e6
+        )
         del tq, tk, tv, tout
     else:
         del k, v
     # Everything is compared with the paged kernel's output (with the reference's where no
     # kernel ran, e.g. the CPU smoke test).
-    row["diff_base"] = next((n for n in ("paged", "gather_sdpa", "mlx_sdpa") if n in outputs),
-                            None)
+    row["diff_base"] = next((n for n in ("paged", "gather_sdpa", "mlx_sdpa") if n in outputs), None)
     if row["diff_base"] is not None:
         reference = outputs[row["diff_base"]].astype(mx.float32)
         for name, out in outputs.items():
             row["max_abs_diff_vs_paged"][name] = mx.max(
-                mx.abs(out.astype(mx.float32) - reference)).item()
+                mx.abs(out.astype(mx.float32) - reference)
+            ).item()
     row["tb_s"] = {name: kv_bytes / (us * 1e-6) / 1e12 for name, us in row["us"].items()}
     mx.clear_cache()
     return row
 
 
 def print_row(row: dict, copy_tb_s: float) -> None:
-    cells = "  ".join(f"{name} {row['us'][name]:9.1f}us {row['tb_s'][name]:5.2f}TB/s"
-                      for name in row["us"])
-    share = (f"  paged/copy {row['tb_s']['paged'] / copy_tb_s:4.0%}"
-             if "paged" in row["tb_s"] else "")
-    print(f"B={row['batch']:4d} T={row['context']:6d} KV={row['kv_bytes'] / 2**20:8.1f}MiB  "
-          f"{cells}{share}", flush=True)
+    cells = "  ".join(
+        f"{name} {row['us'][name]:9.1f}us {row['tb_s'][name]:5.2f}TB/s" for name in row["us"]
+    )
+    share = (
+        f"  paged/copy {row['tb_s']['paged'] / copy_tb_s:4.0%}" if "paged" in row["tb_s"] else ""
+    )
+    print(
+        f"B={row['batch']:4d} T={row['context']:6d} KV={row['kv_bytes'] / 2**20:8.1f}MiB  "
+        f"{cells}{share}",
+        flush=True,
+    )
 
 
 def plot(result: dict, path: Path) -> bool:
     """Achieved TB/s vs context, one line per method, one panel per batch size."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -193,17 +234,23 @@ def main(args) -> int:
         return 0
     unknown = unknown_skips(args)
     if unknown:
-        print(f"mlx-paged bench kernels: --skip {', '.join(unknown)}: no such column; this "
-              f"sweep's columns are {', '.join(method_names(args))}")
+        print(
+            f"mlx-paged bench kernels: --skip {', '.join(unknown)}: no such column; this "
+            f"sweep's columns are {', '.join(method_names(args))}"
+        )
         return 2
     if getattr(args, "pipelined", False) and not args.chained:
-        print("mlx-paged bench kernels: --pipelined overlaps building and running chained "
-              "calls; add --chained")
+        print(
+            "mlx-paged bench kernels: --pipelined overlaps building and running chained "
+            "calls; add --chained"
+        )
         return 2
     backend = current_backend()
     if backend is None:
-        print("mlx-paged bench kernels needs MLX on a GPU (Metal or CUDA); this machine runs "
-              f"MLX on {mx.default_device()}")
+        print(
+            "mlx-paged bench kernels needs MLX on a GPU (Metal or CUDA); this machine runs "
+            f"MLX on {mx.default_device()}"
+        )
         return 2
     torch_ok = cuda_torch() is not None
     copy = copy_bandwidth()
@@ -223,13 +270,20 @@ def main(args) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {
-        "title": (f"paged decode attention, {args.num_heads}q/{args.num_kv_heads}kv heads, "
-                  f"hd{args.head_dim}, {args.dtype}, block {args.block_size}, "
-                  f"{mx.device_info().get('device_name', backend)}"),
-        "backend": backend, "device": mx.device_info().get("device_name", ""),
-        "mlx": mx.__version__, "machine": platform.machine(), "statistic": "median",
+        "title": (
+            f"paged decode attention, {args.num_heads}q/{args.num_kv_heads}kv heads, "
+            f"hd{args.head_dim}, {args.dtype}, block {args.block_size}, "
+            f"{mx.device_info().get('device_name', backend)}"
+        ),
+        "backend": backend,
+        "device": mx.device_info().get("device_name", ""),
+        "mlx": mx.__version__,
+        "machine": platform.machine(),
+        "statistic": "median",
         "torch": (__import__("torch").__version__ if torch_ok else None),
-        "copy": copy, "launch_floor": floor, "config": {k: v for k, v in vars(args).items() if k != "run"},
+        "copy": copy,
+        "launch_floor": floor,
+        "config": {k: v for k, v in vars(args).items() if k != "run"},
         "rows": rows,
     }
     (out_dir / "kernels.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -25,9 +25,17 @@ from pathlib import Path
 import mlx.core as mx
 
 CONFIG = {
-    "model_type": "llama", "hidden_size": 128, "num_hidden_layers": 2, "intermediate_size": 256,
-    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 32, "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0, "tie_word_embeddings": True, "max_position_embeddings": 4096,
+    "model_type": "llama",
+    "hidden_size": 128,
+    "num_hidden_layers": 2,
+    "intermediate_size": 256,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 32,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 4096,
     "vocab_size": 512,
 }
 
@@ -42,9 +50,15 @@ def build_model(out: Path) -> Path:
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(["memory density benchmark"] * 10, trainer=trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|eos|>"], show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        ["memory density benchmark"] * 10,
+        trainer=trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<|eos|>"],
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|eos|>").save_pretrained(str(out))
     mx.random.seed(0)
     model = llama.Model(llama.ModelArgs.from_dict(CONFIG))
@@ -95,8 +109,14 @@ def run_paged(model_dir, jobs, budget, block_size, bytes_per_token) -> Trace:
     from mlx_paged import LLM, SamplingParams
 
     block_bytes = block_size * bytes_per_token
-    llm = LLM(str(model_dir), kv_paged=True, block_size=block_size,
-              num_blocks=budget // block_bytes + 1, max_num_seqs=256, max_num_prefill_seqs=8)
+    llm = LLM(
+        str(model_dir),
+        kv_paged=True,
+        block_size=block_size,
+        num_blocks=budget // block_bytes + 1,
+        max_num_seqs=256,
+        max_num_prefill_seqs=8,
+    )
     engine, trace = llm.engine, Trace()
     for prompt, n in jobs:
         engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True))
@@ -106,16 +126,18 @@ def run_paged(model_dir, jobs, budget, block_size, bytes_per_token) -> Trace:
         engine.step()
         live = engine.scheduler.running + engine.scheduler.prefilling
         used = sum(r.num_computed_tokens for r in live) * bytes_per_token
-        trace.add(len(engine.scheduler.running),
-                  (pool.num_usable_blocks - pool.num_free_blocks) * block_bytes, used)
+        trace.add(
+            len(engine.scheduler.running),
+            (pool.num_usable_blocks - pool.num_free_blocks) * block_bytes,
+            used,
+        )
     return trace
 
 
 def run_contiguous(model_dir, jobs, cap, bytes_per_token) -> Trace:
     from mlx_paged import LLM, SamplingParams
 
-    llm = LLM(str(model_dir), kv_paged=False, max_num_seqs=cap,
-              max_num_prefill_seqs=min(cap, 8))
+    llm = LLM(str(model_dir), kv_paged=False, max_num_seqs=cap, max_num_prefill_seqs=min(cap, 8))
     engine, trace = llm.engine, Trace()
     for prompt, n in jobs:
         engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True))
@@ -124,8 +146,9 @@ def run_contiguous(model_dir, jobs, cap, bytes_per_token) -> Trace:
         engine.step()
         live = engine.scheduler.running + engine.scheduler.prefilling
         used = sum(r.num_computed_tokens + len(r.output_token_ids) for r in live)
-        trace.add(len(engine.scheduler.running), engine.runner.kv_bytes_in_use,
-                  used * bytes_per_token)
+        trace.add(
+            len(engine.scheduler.running), engine.runner.kv_bytes_in_use, used * bytes_per_token
+        )
     return trace
 
 
@@ -134,8 +157,13 @@ def run_batch_generator(model_dir, jobs, cap, bytes_per_token) -> Trace:
     from mlx_lm.generate import BatchGenerator
 
     model, _ = load(str(model_dir))
-    gen = BatchGenerator(model, max_tokens=512, stop_tokens=None, completion_batch_size=cap,
-                         prefill_batch_size=min(cap, 8))
+    gen = BatchGenerator(
+        model,
+        max_tokens=512,
+        stop_tokens=None,
+        completion_batch_size=cap,
+        prefill_batch_size=min(cap, 8),
+    )
     gen.insert([p for p, _ in jobs], max_tokens=[n for _, n in jobs])
     trace = Trace()
     while True:
@@ -150,34 +178,56 @@ def run_batch_generator(model_dir, jobs, cap, bytes_per_token) -> Trace:
 
 
 def main(args) -> int:
-    bytes_per_token = 2 * CONFIG["num_hidden_layers"] * CONFIG["num_key_value_heads"] \
-        * CONFIG["head_dim"] * 4
+    bytes_per_token = (
+        2 * CONFIG["num_hidden_layers"] * CONFIG["num_key_value_heads"] * CONFIG["head_dim"] * 4
+    )
     budget = args.budget_tokens * bytes_per_token
     jobs = workload(args.requests, args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model(Path(tmp))
         results = {
-            "paged": run_paged(model_dir, jobs, budget, args.block_size,
-                               bytes_per_token).summary(budget, True),
-            "contiguous": run_contiguous(model_dir, jobs, args.cap,
-                                         bytes_per_token).summary(budget, False),
-            "mlx_lm_batch_generator": run_batch_generator(model_dir, jobs, args.cap,
-                                                          bytes_per_token).summary(budget, False),
+            "paged": run_paged(model_dir, jobs, budget, args.block_size, bytes_per_token).summary(
+                budget, True
+            ),
+            "contiguous": run_contiguous(model_dir, jobs, args.cap, bytes_per_token).summary(
+                budget, False
+            ),
+            "mlx_lm_batch_generator": run_batch_generator(
+                model_dir, jobs, args.cap, bytes_per_token
+            ).summary(budget, False),
         }
-    print(f"KV budget {budget / 2**20:.1f} MiB ({args.budget_tokens} tokens), {args.requests} "
-          f"requests, seed {args.seed}, block size {args.block_size}, cap {args.cap}")
-    print(f"{'path':24s} {'seqs at budget':>15s} {'mean running':>13s} {'peak running':>13s} "
-          f"{'KV waste':>9s}")
+    print(
+        f"KV budget {budget / 2**20:.1f} MiB ({args.budget_tokens} tokens), {args.requests} "
+        f"requests, seed {args.seed}, block size {args.block_size}, cap {args.cap}"
+    )
+    print(
+        f"{'path':24s} {'seqs at budget':>15s} {'mean running':>13s} {'peak running':>13s} "
+        f"{'KV waste':>9s}"
+    )
     for name, r in results.items():
-        print(f"{name:24s} {r['sequences_at_budget']:15.1f} {r['mean_running']:13.1f} "
-              f"{r['peak_running']:13d} {100 * r['waste_fraction']:8.1f}%")
+        print(
+            f"{name:24s} {r['sequences_at_budget']:15.1f} {r['mean_running']:13.1f} "
+            f"{r['peak_running']:13d} {100 * r['waste_fraction']:8.1f}%"
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "budget_bytes": budget, "budget_tokens": args.budget_tokens, "requests": args.requests,
-        "seed": args.seed, "block_size": args.block_size, "cap": args.cap,
-        "workload": "prompt ~ lognormal(median 192, sigma 0.8) in [16, 1536]; "
-                    "output ~ uniform[32, 384]; EOS ignored",
-        "model": CONFIG, "results": results}, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "budget_bytes": budget,
+                "budget_tokens": args.budget_tokens,
+                "requests": args.requests,
+                "seed": args.seed,
+                "block_size": args.block_size,
+                "cap": args.cap,
+                "workload": "prompt ~ lognormal(median 192, sigma 0.8) in [16, 1536]; "
+                "output ~ uniform[32, 384]; EOS ignored",
+                "model": CONFIG,
+                "results": results,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {out}")
     return 0

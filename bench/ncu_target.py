@@ -17,8 +17,8 @@ import sys
 
 import mlx.core as mx
 
-from mlx_paged.bench.problems import contiguous_kv, standard_problem
 from mlx_paged.bench.paged_read import paged_read
+from mlx_paged.bench.problems import contiguous_kv, standard_problem
 from mlx_paged.kernels.paged_attention import paged_attention_decode
 
 
@@ -35,8 +35,18 @@ def main(argv: list[str]) -> None:
         elif kernel == "read":
             mx.eval(paged_read(k_pages, v_pages, tables, lens))
         else:
-            mx.eval(paged_attention_decode(queries, k_pages, v_pages, tables, lens, scale=0.088,
-                                           kernel=kernel, partition_size=partition))
+            mx.eval(
+                paged_attention_decode(
+                    queries,
+                    k_pages,
+                    v_pages,
+                    tables,
+                    lens,
+                    scale=0.088,
+                    kernel=kernel,
+                    partition_size=partition,
+                )
+            )
     mx.synchronize()
 
 

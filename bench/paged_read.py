@@ -41,16 +41,20 @@ out[((blockIdx.z * gridDim.y + seq) * gridDim.x + head) * blockDim.x + threadIdx
 """
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernel():
     return mx.fast.cuda_kernel(
         name="mlx_paged_bench_paged_read",
         input_names=["k_pages", "v_pages", "block_tables", "seq_lens"],
-        output_names=["out"], source=_SOURCE, ensure_row_contiguous=False)
+        output_names=["out"],
+        source=_SOURCE,
+        ensure_row_contiguous=False,
+    )
 
 
-def paged_read(k_pages: mx.array, v_pages: mx.array, block_tables: mx.array,
-               seq_lens: mx.array) -> mx.array:
+def paged_read(
+    k_pages: mx.array, v_pages: mx.array, block_tables: mx.array, seq_lens: mx.array
+) -> mx.array:
     """Read every K/V byte the decode kernel reads (16-byte lanes, a whole page's loads in
     flight per warp, a threadgroup per (KV head, sequence, 512-token partition))."""
     _, block_size, num_kv_heads, head_dim = k_pages.shape
@@ -60,8 +64,15 @@ def paged_read(k_pages: mx.array, v_pages: mx.array, block_tables: mx.array,
     threads = WARPS * 32
     return _kernel()(
         inputs=[k_pages, v_pages, block_tables, seq_lens],
-        template=[("T", k_pages.dtype), ("BS", block_size), ("TPR", row_units),
-                  ("WARPS", WARPS), ("PPP", PAGES_PER_PARTITION)],
-        grid=(num_kv_heads * threads, num_seqs, parts), threadgroup=(threads, 1, 1),
+        template=[
+            ("T", k_pages.dtype),
+            ("BS", block_size),
+            ("TPR", row_units),
+            ("WARPS", WARPS),
+            ("PPP", PAGES_PER_PARTITION),
+        ],
+        grid=(num_kv_heads * threads, num_seqs, parts),
+        threadgroup=(threads, 1, 1),
         output_shapes=[(parts * num_seqs * num_kv_heads * threads,)],
-        output_dtypes=[mx.uint32])[0]
+        output_dtypes=[mx.uint32],
+    )[0]

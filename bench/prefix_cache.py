@@ -9,9 +9,11 @@ import statistics
 import time
 from pathlib import Path
 
-SYSTEM = ("You are a meticulous assistant for a public library. Follow the rules below. "
-          "Answer briefly and politely. Never invent book titles. When unsure, say so. "
-          "Prefer plain words over jargon. Mention opening hours only when asked. ")
+SYSTEM = (
+    "You are a meticulous assistant for a public library. Follow the rules below. "
+    "Answer briefly and politely. Never invent book titles. When unsure, say so. "
+    "Prefer plain words over jargon. Mention opening hours only when asked. "
+)
 
 
 def ttft(engine, prompt: list[int]) -> float:
@@ -37,9 +39,10 @@ def main(args) -> int:
     questions = [f"Question {i}: what is a good book about rivers?" for i in range(args.repeats)]
 
     def prompt(q: str) -> list[int]:
-        return tok.apply_chat_template([{"role": "system", "content": system},
-                                        {"role": "user", "content": q}],
-                                       add_generation_prompt=True)
+        return tok.apply_chat_template(
+            [{"role": "system", "content": system}, {"role": "user", "content": q}],
+            add_generation_prompt=True,
+        )
 
     ttft(llm.engine, prompt("warm-up"))
     cold, warm, hits = [], [], []
@@ -49,14 +52,23 @@ def main(args) -> int:
         before = llm.engine.metrics.prefix_cache_hit_tokens_total
         warm.append(ttft(llm.engine, prompt(q + " Please.")))
         hits.append(llm.engine.metrics.prefix_cache_hit_tokens_total - before)
-    row = {"model": llm.model_id, "prompt_tokens": len(prompt(questions[0])),
-           "cached_tokens_warm": statistics.median(hits), "cold_ttft_s": statistics.median(cold),
-           "warm_ttft_s": statistics.median(warm), "cold_runs": cold, "warm_runs": warm,
-           "repeats": args.repeats, "block_size": args.block_size}
+    row = {
+        "model": llm.model_id,
+        "prompt_tokens": len(prompt(questions[0])),
+        "cached_tokens_warm": statistics.median(hits),
+        "cold_ttft_s": statistics.median(cold),
+        "warm_ttft_s": statistics.median(warm),
+        "cold_runs": cold,
+        "warm_runs": warm,
+        "repeats": args.repeats,
+        "block_size": args.block_size,
+    }
     row["speedup"] = row["cold_ttft_s"] / row["warm_ttft_s"]
-    print(f"{row['prompt_tokens']} prompt tokens ({row['cached_tokens_warm']:.0f} cached when "
-          f"warm): TTFT cold {row['cold_ttft_s']:.3f} s, warm {row['warm_ttft_s']:.3f} s, "
-          f"{row['speedup']:.1f}x")
+    print(
+        f"{row['prompt_tokens']} prompt tokens ({row['cached_tokens_warm']:.0f} cached when "
+        f"warm): TTFT cold {row['cold_ttft_s']:.3f} s, warm {row['warm_ttft_s']:.3f} s, "
+        f"{row['speedup']:.1f}x"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(row, indent=2) + "\n")

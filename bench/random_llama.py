@@ -7,10 +7,18 @@ from pathlib import Path
 
 import mlx.core as mx
 
-ONE_B = {"hidden_size": 2048, "num_hidden_layers": 16, "intermediate_size": 8192,
-         "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
-         "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 4096,
-         "tie_word_embeddings": True}
+ONE_B = {
+    "hidden_size": 2048,
+    "num_hidden_layers": 16,
+    "intermediate_size": 8192,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": True,
+}
 
 
 def build_random_llama(out: Path, config: dict = ONE_B, dtype=mx.bfloat16, seed: int = 0) -> Path:
@@ -30,8 +38,12 @@ def build_random_llama(out: Path, config: dict = ONE_B, dtype=mx.bfloat16, seed:
     mx.random.seed(seed)
     model = llama.Model(llama.ModelArgs.from_dict(full))
     # Small weights keep activations finite through 16 random layers.
-    model.update(tree_map(lambda p: (p * 0.02).astype(dtype) if p.ndim > 1 else p.astype(dtype),
-                          model.parameters()))
+    model.update(
+        tree_map(
+            lambda p: (p * 0.02).astype(dtype) if p.ndim > 1 else p.astype(dtype),
+            model.parameters(),
+        )
+    )
     mx.eval(model.parameters())
     save_model(out, model)
     save_config(full, config_path=out / "config.json")

@@ -24,7 +24,7 @@ def read_rows(text: str) -> list[dict]:
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), None)
     if start is None:
-        raise ValueError("no \"Address\" header line: not an `ncu --page source --csv` export")
+        raise ValueError('no "Address" header line: not an `ncu --page source --csv` export')
     rows = list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
     if not rows or SAMPLES not in rows[0]:
         raise ValueError(f"no {SAMPLES!r} column: profile with --section SourceCounters")
@@ -46,14 +46,17 @@ def report(rows: list[dict], top: int = 30, windows: int = 8) -> str:
         by_opcode[(r["Source"].split() or ["?"])[0]] += _number(r, SAMPLES)
     reasons = [c for c in rows[0] if c.startswith("stall_") and "Not Issued" not in c]
     order = sorted(range(len(rows)), key=lambda i: -_number(rows[i], SAMPLES))
-    out = [f"instructions {len(rows)}, samples {total:.0f}",
-           "samples by opcode: " + ", ".join(f"{op} {int(n)}"
-                                             for op, n in by_opcode.most_common(15))]
+    out = [
+        f"instructions {len(rows)}, samples {total:.0f}",
+        "samples by opcode: " + ", ".join(f"{op} {int(n)}" for op, n in by_opcode.most_common(15)),
+    ]
     for i in order[:top]:
         r = rows[i]
         why = {c: int(_number(r, c)) for c in reasons if _number(r, c) > 0}
-        out.append(f"#{i:4d} {_number(r, SAMPLES):6.0f} ({_number(r, SAMPLES) / total:5.1%}) "
-                   f"{r['Source'][:70]:70s} {why}")
+        out.append(
+            f"#{i:4d} {_number(r, SAMPLES):6.0f} ({_number(r, SAMPLES) / total:5.1%}) "
+            f"{r['Source'][:70]:70s} {why}"
+        )
     out.append("\nthe instructions before the top ones:")
     for i in sorted(order[:windows]):
         for j in range(max(0, i - 4), min(len(rows), i + 2)):

@@ -23,7 +23,8 @@ SHAPES = [(1, 2048), (8, 8192), (64, 2048)] if ON_GPU else [(1, 512), (4, 512)]
 def problem(request):
     batch, context = request.param
     q, k_pages, v_pages, tables, lens = standard_problem(
-        batch, context, pool_bytes=(1 << 30) if ON_GPU else (64 << 20))
+        batch, context, pool_bytes=(1 << 30) if ON_GPU else (64 << 20)
+    )
     k, v = contiguous_kv(k_pages, v_pages, tables, context)
     return q, k_pages, v_pages, tables, lens, k, v
 
@@ -35,16 +36,22 @@ def _run(benchmark, fn):
 @pytest.mark.skipif(not ON_GPU, reason="the paged kernel needs MLX on a Metal or CUDA GPU")
 def test_paged_kernel(benchmark, problem):
     q, k_pages, v_pages, tables, lens, _, _ = problem
-    _run(benchmark, lambda: paged_attention_decode(q, k_pages, v_pages, tables, lens,
-                                                   scale=128 ** -0.5))
+    _run(
+        benchmark,
+        lambda: paged_attention_decode(q, k_pages, v_pages, tables, lens, scale=128**-0.5),
+    )
 
 
 def test_mlx_sdpa_contiguous(benchmark, problem):
     q, *_, k, v = problem
-    _run(benchmark, lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=128 ** -0.5))
+    _run(benchmark, lambda: mx.fast.scaled_dot_product_attention(q, k, v, scale=128**-0.5))
 
 
 def test_gather_then_sdpa(benchmark, problem):
     q, k_pages, v_pages, tables, lens, _, _ = problem
-    _run(benchmark, lambda: paged_attention_reference(q, k_pages, v_pages, tables, lens,
-                                                      (lens - 1)[:, None], scale=128 ** -0.5))
+    _run(
+        benchmark,
+        lambda: paged_attention_reference(
+            q, k_pages, v_pages, tables, lens, (lens - 1)[:, None], scale=128**-0.5
+        ),
+    )

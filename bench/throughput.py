@@ -17,20 +17,32 @@ from pathlib import Path
 import mlx.core as mx
 
 QUESTIONS = [
-    "What is the capital of France?", "Name three primary colors.",
-    "Why is the sky blue?", "Write a haiku about the sea.",
-    "What does a compiler do?", "How many legs does a spider have?",
-    "Give me a tip for learning to cook.", "What is photosynthesis?",
-    "Describe a cat in one sentence.", "What is the boiling point of water?",
-    "Suggest a name for a pet fish.", "Explain gravity to a child.",
-    "What is a prime number?", "List two uses of copper.",
-    "What language is spoken in Brazil?", "How do bees make honey?",
+    "What is the capital of France?",
+    "Name three primary colors.",
+    "Why is the sky blue?",
+    "Write a haiku about the sea.",
+    "What does a compiler do?",
+    "How many legs does a spider have?",
+    "Give me a tip for learning to cook.",
+    "What is photosynthesis?",
+    "Describe a cat in one sentence.",
+    "What is the boiling point of water?",
+    "Suggest a name for a pet fish.",
+    "Explain gravity to a child.",
+    "What is a prime number?",
+    "List two uses of copper.",
+    "What language is spoken in Brazil?",
+    "How do bees make honey?",
 ]
 
 
 def _prompts(tokenizer, n: int) -> list[list[int]]:
-    return [tokenizer.apply_chat_template([{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
-                                          add_generation_prompt=True) for i in range(n)]
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}], add_generation_prompt=True
+        )
+        for i in range(n)
+    ]
 
 
 def run_engine(llm, prompts, max_tokens: int) -> tuple[float, int]:
@@ -45,8 +57,13 @@ def run_engine(llm, prompts, max_tokens: int) -> tuple[float, int]:
 def run_batch_generator(model, prompts, max_tokens: int, batch: int) -> tuple[float, int]:
     from mlx_lm.generate import BatchGenerator
 
-    gen = BatchGenerator(model, max_tokens=max_tokens, stop_tokens=None,
-                         completion_batch_size=max(32, batch), prefill_batch_size=8)
+    gen = BatchGenerator(
+        model,
+        max_tokens=max_tokens,
+        stop_tokens=None,
+        completion_batch_size=max(32, batch),
+        prefill_batch_size=8,
+    )
     tic = time.perf_counter()
     gen.insert(prompts, max_tokens=[max_tokens] * len(prompts))
     count = 0
@@ -74,28 +91,45 @@ def main(args) -> int:
         run_batch_generator(contiguous.model, prompts, 4, c)
         runs: dict[str, list[float]] = {"paged": [], "contiguous": [], "batch_generator": []}
         for _ in range(args.repeats):
-            for name, fn in (("paged", lambda: run_engine(paged, prompts, args.max_tokens)),
-                             ("contiguous", lambda: run_engine(contiguous, prompts,
-                                                               args.max_tokens)),
-                             ("batch_generator", lambda: run_batch_generator(
-                                 contiguous.model, prompts, args.max_tokens, c))):
-                elapsed, n = fn()
+            for name, (fn, *fn_args) in (
+                ("paged", (run_engine, paged, prompts, args.max_tokens)),
+                ("contiguous", (run_engine, contiguous, prompts, args.max_tokens)),
+                (
+                    "batch_generator",
+                    (run_batch_generator, contiguous.model, prompts, args.max_tokens, c),
+                ),
+            ):
+                elapsed, n = fn(*fn_args)
                 runs[name].append(n / elapsed)
         row = {"concurrency": c, "max_tokens": args.max_tokens, "runs": runs}
         row.update({f"{name}_tok_s": statistics.median(v) for name, v in runs.items()})
         row["paged_vs_batch_generator"] = row["paged_tok_s"] / row["batch_generator_tok_s"]
-        row["contiguous_vs_batch_generator"] = (row["contiguous_tok_s"]
-                                                / row["batch_generator_tok_s"])
+        row["contiguous_vs_batch_generator"] = (
+            row["contiguous_tok_s"] / row["batch_generator_tok_s"]
+        )
         rows.append(row)
-        print(f"concurrency {c:3d}: paged {row['paged_tok_s']:8.1f}  contiguous "
-              f"{row['contiguous_tok_s']:8.1f}  BatchGenerator {row['batch_generator_tok_s']:8.1f}"
-              f" tok/s   paged/BG {row['paged_vs_batch_generator']:.2f}", flush=True)
+        print(
+            f"concurrency {c:3d}: paged {row['paged_tok_s']:8.1f}  contiguous "
+            f"{row['contiguous_tok_s']:8.1f}  BatchGenerator {row['batch_generator_tok_s']:8.1f}"
+            f" tok/s   paged/BG {row['paged_vs_batch_generator']:.2f}",
+            flush=True,
+        )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "model": paged.model_id, "device": str(mx.default_device()),
-        "machine": platform.machine(), "mlx": mx.__version__, "repeats": args.repeats,
-        "statistic": "median", "rows": rows,
-    }, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "model": paged.model_id,
+                "device": str(mx.default_device()),
+                "machine": platform.machine(),
+                "mlx": mx.__version__,
+                "repeats": args.repeats,
+                "statistic": "median",
+                "rows": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {out}")
     return 0

@@ -34,13 +34,16 @@ def _mlx_sync(outs) -> None:
 
 def time_mlx(fn, target_s: float = 0.05, repeats: int = 7) -> float:
     """`fn()` returns an mx.array; calls are queued back to back and evaluated together."""
+
     def run(n):
         return [fn() for _ in range(n)]
+
     return _median_seconds(run, _mlx_sync, target_s, repeats)
 
 
-def time_mlx_chained(fn, queries: mx.array, target_s: float = 0.05, repeats: int = 7,
-                     pipeline: int = 0) -> float:
+def time_mlx_chained(
+    fn, queries: mx.array, target_s: float = 0.05, repeats: int = 7, pipeline: int = 0
+) -> float:
     """Like `time_mlx`, but each call's queries are the previous call's output, so the calls
     run one after another as they would in a model (and as torch's do on one stream). Queued
     calls that share no data may overlap in MLX's CUDA graphs; chained ones cannot.
@@ -48,6 +51,7 @@ def time_mlx_chained(fn, queries: mx.array, target_s: float = 0.05, repeats: int
     `pipeline` > 0: start evaluating every `pipeline` calls (`mx.async_eval`), so building the
     next ones overlaps the GPU's work, as the engine's lookahead decode overlaps building step
     t + 1 with step t. 0: build all the calls, then evaluate them (host time adds in full)."""
+
     def run(n):
         q = queries
         for i in range(n):
@@ -55,6 +59,7 @@ def time_mlx_chained(fn, queries: mx.array, target_s: float = 0.05, repeats: int
             if pipeline and (i + 1) % pipeline == 0:
                 mx.async_eval(q)
         return q
+
     return _median_seconds(run, _mlx_sync, target_s, repeats)
 
 
@@ -63,6 +68,7 @@ def time_torch(fn, target_s: float = 0.05, repeats: int = 7) -> float:
 
     def run(n):
         return [fn() for _ in range(n)]
+
     return _median_seconds(run, lambda _: torch.cuda.synchronize(), target_s, repeats)
 
 
@@ -86,19 +92,29 @@ def launch_floor() -> dict:
     a measurement is MLX's dispatch cost, not the kernel's."""
     backend = current_backend()
     make = mx.fast.metal_kernel if backend == "metal" else mx.fast.cuda_kernel
-    kernel = make(name="mlx_paged_floor", input_names=["inp"], output_names=["out"],
-                  source="out[0] = inp[0];")
+    kernel = make(
+        name="mlx_paged_floor", input_names=["inp"], output_names=["out"], source="out[0] = inp[0];"
+    )
     x = mx.zeros((1,))
     mx.eval(x)
     q = mx.zeros((1, 32, 1, 128), dtype=mx.bfloat16)
     k = mx.zeros((1, 8, 16, 128), dtype=mx.bfloat16)
     mx.eval(q, k)
     return {
-        "custom_kernel_us": time_mlx(lambda: kernel(
-            inputs=[x], output_shapes=[(1,)], output_dtypes=[mx.float32], grid=(1, 1, 1),
-            threadgroup=(1, 1, 1))[0]) * 1e6,
+        "custom_kernel_us": time_mlx(
+            lambda: kernel(
+                inputs=[x],
+                output_shapes=[(1,)],
+                output_dtypes=[mx.float32],
+                grid=(1, 1, 1),
+                threadgroup=(1, 1, 1),
+            )[0]
+        )
+        * 1e6,
         "sdpa_16_tokens_us": time_mlx(
-            lambda: mx.fast.scaled_dot_product_attention(q, k, k, scale=1.0)) * 1e6,
+            lambda: mx.fast.scaled_dot_product_attention(q, k, k, scale=1.0)
+        )
+        * 1e6,
     }
 
 
@@ -106,6 +122,7 @@ def cuda_torch():
     """torch, when it is importable and sees a CUDA GPU; else None."""
     try:
         import torch
+
         return torch if torch.cuda.is_available() else None
     except ImportError:
         return None

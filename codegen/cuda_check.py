@@ -21,10 +21,18 @@ from .dialects import CUDA
 SHIM = Path(__file__).resolve().parent / "cuda_shim.h"
 ARCH = "sm_90a"  # what MLX asks NVRTC for on an H100/H200
 # Inputs and outputs whose element type is not the kernel's `T`.
-_ARG_TYPES = {"block_tables": "int32_t", "seq_lens": "int32_t", "window": "int32_t",
-              "counters": "int32_t", "counters_next": "int32_t",
-              "scale": "float", "partial_out": "float", "partial_max": "float",
-              "partial_sum": "float", "partials": "float"}
+_ARG_TYPES = {
+    "block_tables": "int32_t",
+    "seq_lens": "int32_t",
+    "window": "int32_t",
+    "counters": "int32_t",
+    "counters_next": "int32_t",
+    "scale": "float",
+    "partial_out": "float",
+    "partial_max": "float",
+    "partial_sum": "float",
+    "partials": "float",
+}
 
 
 class CudaCheckError(RuntimeError):
@@ -36,8 +44,8 @@ class CudaReport:
     """What ptxas said about one compiled kernel."""
 
     registers: int
-    spill_bytes: int        # spill stores + spill loads, per thread
-    shared_bytes: int       # static shared memory
+    spill_bytes: int  # spill stores + spill loads, per thread
+    shared_bytes: int  # static shared memory
     log: str
 
 
@@ -47,8 +55,10 @@ def _nvrtc():
         import nvidia.cuda_nvrtc
         import nvidia.cuda_runtime
     except ImportError as exc:
-        raise CudaCheckError("the CUDA compile check needs NVRTC: pip install "
-                             "nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12") from exc
+        raise CudaCheckError(
+            "the CUDA compile check needs NVRTC: pip install "
+            "nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12"
+        ) from exc
     lib_dir = Path(next(iter(nvidia.cuda_nvrtc.__path__))) / "lib"
     library = next((p for p in sorted(lib_dir.glob("libnvrtc.so*")) if "alt" not in p.name), None)
     if library is None:
@@ -63,14 +73,18 @@ def wrap(defn: KernelDefinition) -> str:
     args = []
     for name in defn.input_names:
         args.append(f"const {_ARG_TYPES.get(name, dtype)}* {name}")
-        args += [f"const __grid_constant__ Shape {name}_shape",
-                 f"const __grid_constant__ Strides {name}_strides",
-                 f"const __grid_constant__ int {name}_ndim"]
+        args += [
+            f"const __grid_constant__ Shape {name}_shape",
+            f"const __grid_constant__ Strides {name}_strides",
+            f"const __grid_constant__ int {name}_ndim",
+        ]
     args += [f"{_ARG_TYPES.get(name, dtype)}* {name}" for name in defn.output_names]
     signature = ",\n    ".join(args)
-    return (f'#include "{SHIM.name}"\n{defn.header}\nnamespace mlx::core::cu {{\n'
-            f"__global__ void {defn.name}(\n    {signature}) {{\n"
-            f"using T = {dtype};\n{defn.source}\n}}\n}}  // namespace mlx::core::cu\n")
+    return (
+        f'#include "{SHIM.name}"\n{defn.header}\nnamespace mlx::core::cu {{\n'
+        f"__global__ void {defn.name}(\n    {signature}) {{\n"
+        f"using T = {dtype};\n{defn.source}\n}}\n}}  // namespace mlx::core::cu\n"
+    )
 
 
 def check_cuda_source(defn: KernelDefinition) -> CudaReport:
@@ -81,14 +95,21 @@ def check_cuda_source(defn: KernelDefinition) -> CudaReport:
     prog = ctypes.c_void_p()
     headers = (ctypes.c_char_p * 1)(shim)
     names = (ctypes.c_char_p * 1)(SHIM.name.encode())
-    if lib.nvrtcCreateProgram(ctypes.byref(prog), source, f"{defn.name}.cu".encode(),
-                              1, headers, names):
+    if lib.nvrtcCreateProgram(
+        ctypes.byref(prog), source, f"{defn.name}.cu".encode(), 1, headers, names
+    ):
         raise CudaCheckError(f"{defn.name}: nvrtcCreateProgram failed")
-    options = [f"--gpu-architecture={ARCH}", "--device-as-default-execution-space",
-               "--ptxas-options=-v", f"-I{include}", "-std=c++17"]
+    options = [
+        f"--gpu-architecture={ARCH}",
+        "--device-as-default-execution-space",
+        "--ptxas-options=-v",
+        f"-I{include}",
+        "-std=c++17",
+    ]
     try:
-        status = lib.nvrtcCompileProgram(prog, len(options), (ctypes.c_char_p * len(options))(
-            *[o.encode() for o in options]))
+        status = lib.nvrtcCompileProgram(
+            prog, len(options), (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+        )
         size = ctypes.c_size_t()
         lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
         buffer = ctypes.create_string_buffer(size.value)
@@ -106,6 +127,11 @@ def _report(log: str) -> CudaReport:
     def number(pattern: str) -> int:
         match = re.search(pattern, log)
         return int(match.group(1)) if match else 0
+
     spills = number(r"(\d+) bytes spill stores") + number(r"(\d+) bytes spill loads")
-    return CudaReport(registers=number(r"Used (\d+) registers"), spill_bytes=spills,
-                      shared_bytes=number(r"(\d+) bytes smem"), log=log)
+    return CudaReport(
+        registers=number(r"Used (\d+) registers"),
+        spill_bytes=spills,
+        shared_bytes=number(r"(\d+) bytes smem"),
+        log=log,
+    )

@@ -15,21 +15,21 @@ class Dialect:
     """How one backend spells the concepts a kernel body uses."""
 
     name: str
-    tg_x: str          # this threadgroup's index in the grid, per axis
+    tg_x: str  # this threadgroup's index in the grid, per axis
     tg_y: str
     tg_z: str
-    num_tg_x: str      # threadgroups along each axis
+    num_tg_x: str  # threadgroups along each axis
     num_tg_z: str
     thread_in_tg: str  # 1-D thread index inside the threadgroup
-    tg_size: str       # threads in the threadgroup (1-D)
-    lane: str          # lane inside the simdgroup / warp
-    simd_index: str    # simdgroup / warp index inside the threadgroup
-    shared: str        # qualifier of threadgroup-shared arrays
-    shared_ptr: str    # address-space qualifier of a pointer into them
-    barrier: str       # every thread of the threadgroup
-    finite_min: str    # most negative finite float: the online-softmax sentinel
-    exp2: str          # fast base-2 exponential of a float
-    align16: str       # qualifier that makes a thread-local array 16-byte aligned
+    tg_size: str  # threads in the threadgroup (1-D)
+    lane: str  # lane inside the simdgroup / warp
+    simd_index: str  # simdgroup / warp index inside the threadgroup
+    shared: str  # qualifier of threadgroup-shared arrays
+    shared_ptr: str  # address-space qualifier of a pointer into them
+    barrier: str  # every thread of the threadgroup
+    finite_min: str  # most negative finite float: the online-softmax sentinel
+    exp2: str  # fast base-2 exponential of a float
+    align16: str  # qualifier that makes a thread-local array 16-byte aligned
     mlx_dtype_names: dict
 
 

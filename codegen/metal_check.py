@@ -29,11 +29,19 @@ def check_metal_source(source: str, name: str = "kernel") -> list[str]:
     try:
         import clang.cindex as cindex
     except ImportError as exc:
-        raise MetalCheckError("the Metal compile check needs the `libclang` package "
-                              "(pip install libclang)") from exc
+        raise MetalCheckError(
+            "the Metal compile check needs the `libclang` package (pip install libclang)"
+        ) from exc
     text = _INSTANTIATION_ATTRS.sub("template ", source)
-    args = ["-x", "c++", "-std=c++17", "-fsyntax-only", "-Wno-unknown-attributes",
-            "-include", str(SHIM)]
+    args = [
+        "-x",
+        "c++",
+        "-std=c++17",
+        "-fsyntax-only",
+        "-Wno-unknown-attributes",
+        "-include",
+        str(SHIM),
+    ]
     filename = f"{name}.metal.cpp"
     tu = cindex.Index.create().parse(filename, args=args, unsaved_files=[(filename, text)])
     errors, warnings = [], []
@@ -46,8 +54,13 @@ def check_metal_source(source: str, name: str = "kernel") -> list[str]:
     if errors:
         numbered = text.splitlines()
         context = "\n".join(
-            f"  > {numbered[int(e.split(':')[0]) - 1].strip()}" for e in errors[:5]
-            if e.split(":")[0].isdigit() and int(e.split(":")[0]) <= len(numbered))
-        raise MetalCheckError(f"{name}: clang found {len(errors)} error(s):\n"
-                              + "\n".join(errors[:20]) + ("\n" + context if context else ""))
+            f"  > {numbered[int(e.split(':')[0]) - 1].strip()}"
+            for e in errors[:5]
+            if e.split(":")[0].isdigit() and int(e.split(":")[0]) <= len(numbered)
+        )
+        raise MetalCheckError(
+            f"{name}: clang found {len(errors)} error(s):\n"
+            + "\n".join(errors[:20])
+            + ("\n" + context if context else "")
+        )
     return warnings

@@ -1,1 +1,2 @@
-"""Paged-attention kernels: one Jinja template per kernel, its launcher and its pure-MLX reference."""
+"""Paged-attention kernels: Jinja templates, their specs, routing and launcher, and the
+pure-MLX reference."""

@@ -5,15 +5,23 @@ from __future__ import annotations
 
 import itertools
 
-from .kernel_spec import (BLOCK_SIZES, DTYPES, GQA_GROUPS, HEAD_DIMS, KERNELS, KernelSpec,
-                          UnsupportedSpecError)
+from .kernel_spec import (
+    BLOCK_SIZES,
+    DTYPES,
+    GQA_GROUPS,
+    HEAD_DIMS,
+    KERNELS,
+    KernelSpec,
+    UnsupportedSpecError,
+)
 
 
 def all_specs(backend: str) -> list[KernelSpec]:
     """All specs for `backend`, in a stable order."""
     specs = []
     for name, dtype, hd, bs, g, sw in itertools.product(
-            KERNELS, DTYPES, HEAD_DIMS, BLOCK_SIZES, GQA_GROUPS, (False, True)):
+        KERNELS, DTYPES, HEAD_DIMS, BLOCK_SIZES, GQA_GROUPS, (False, True)
+    ):
         for size in KERNELS[name].partition_sizes or (0,):
             try:
                 specs.append(KernelSpec(name, backend, dtype, hd, bs, g, size, sw))
@@ -28,14 +36,33 @@ def representative_specs(backend: str) -> list[KernelSpec]:
     specs = []
     for i, (dtype, hd) in enumerate(itertools.product(DTYPES, HEAD_DIMS)):
         name = ("decode_simt", "decode_simt_splitk", "decode_reduce")[i % 3]
-        specs.append(KernelSpec(name, backend, dtype, hd, BLOCK_SIZES[i % len(BLOCK_SIZES)],
-                                GQA_GROUPS[i % len(GQA_GROUPS)],
-                                KERNELS[name].partition_sizes[0] if i % 3 else 0, i % 2 == 1))
+        specs.append(
+            KernelSpec(
+                name,
+                backend,
+                dtype,
+                hd,
+                BLOCK_SIZES[i % len(BLOCK_SIZES)],
+                GQA_GROUPS[i % len(GQA_GROUPS)],
+                KERNELS[name].partition_sizes[0] if i % 3 else 0,
+                i % 2 == 1,
+            )
+        )
     if backend == "cuda":
-        for i, name in enumerate(("decode_tc", "decode_tc_wide", "decode_tc_splitk",
-                                  "decode_tc_splitk_direct")):
+        for i, name in enumerate(
+            ("decode_tc", "decode_tc_wide", "decode_tc_splitk", "decode_tc_splitk_direct")
+        ):
             size = KERNELS[name].partition_sizes[-1] if KERNELS[name].partition_sizes else 0
-            specs.append(KernelSpec(name, backend, ("bfloat16", "float16")[i % 2],
-                                    (128, 64)[i // 2 % 2], (16, 32)[i % 2], (4, 8)[i % 2],
-                                    size, i == 1))
+            specs.append(
+                KernelSpec(
+                    name,
+                    backend,
+                    ("bfloat16", "float16")[i % 2],
+                    (128, 64)[i // 2 % 2],
+                    (16, 32)[i % 2],
+                    (4, 8)[i % 2],
+                    size,
+                    i == 1,
+                )
+            )
     return specs

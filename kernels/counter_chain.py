@@ -11,7 +11,7 @@ share counters (independent calls would otherwise run concurrently in MLX's CUDA
 from __future__ import annotations
 
 import threading
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import mlx.core as mx
 

@@ -31,7 +31,7 @@ def input_array(values, dtype: mx.Dtype = mx.int32) -> mx.array:
     buffer = padded(array)
     if buffer is array:
         return mx.array(array)
-    return mx.array(buffer)[:array.size].reshape(array.shape)
+    return mx.array(buffer)[: array.size].reshape(array.shape)
 
 
 def padded(array: np.ndarray) -> np.ndarray:
@@ -40,7 +40,7 @@ def padded(array: np.ndarray) -> np.ndarray:
     if array.nbytes > SMALL_POOL_BYTES:
         return array
     buffer = np.zeros(2 * SMALL_POOL_BYTES // array.itemsize, dtype=array.dtype)
-    buffer[:array.size] = array.ravel()
+    buffer[: array.size] = array.ravel()
     return buffer
 
 

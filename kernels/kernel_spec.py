@@ -45,17 +45,26 @@ class Kernel:
     partition_sizes: tuple[int, ...] = ()
 
 
-KERNELS = {k.name: k for k in (
-    Kernel("decode_simt"),
-    Kernel("decode_simt_splitk", split="two_pass", partition_sizes=(512,)),
-    Kernel("decode_reduce", split="reduce", partition_sizes=(512,)),
-    Kernel("decode_tc", tensor_cores=True, stages=3),
-    Kernel("decode_tc_wide", tensor_cores=True, stages=3, simdgroups=8),
-    Kernel("decode_tc_splitk", tensor_cores=True, stages=3, split="fused",
-           partition_sizes=(1024,)),
-    Kernel("decode_tc_splitk_direct", tensor_cores=True, unroll=2, split="fused",
-           partition_sizes=(1024, 2048, 4096)),
-)}
+KERNELS = {
+    k.name: k
+    for k in (
+        Kernel("decode_simt"),
+        Kernel("decode_simt_splitk", split="two_pass", partition_sizes=(512,)),
+        Kernel("decode_reduce", split="reduce", partition_sizes=(512,)),
+        Kernel("decode_tc", tensor_cores=True, stages=3),
+        Kernel("decode_tc_wide", tensor_cores=True, stages=3, simdgroups=8),
+        Kernel(
+            "decode_tc_splitk", tensor_cores=True, stages=3, split="fused", partition_sizes=(1024,)
+        ),
+        Kernel(
+            "decode_tc_splitk_direct",
+            tensor_cores=True,
+            unroll=2,
+            split="fused",
+            partition_sizes=(1024, 2048, 4096),
+        ),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -75,15 +84,19 @@ class KernelSpec:
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
-            raise UnsupportedSpecError(f"{self.kernel!r} is not a kernel "
-                                       f"({', '.join(KERNELS)})")
-        for field_name, allowed in (("backend", BACKENDS), ("dtype", DTYPES),
-                                    ("head_dim", HEAD_DIMS), ("block_size", BLOCK_SIZES),
-                                    ("gqa", GQA_GROUPS)):
+            raise UnsupportedSpecError(f"{self.kernel!r} is not a kernel ({', '.join(KERNELS)})")
+        for field_name, allowed in (
+            ("backend", BACKENDS),
+            ("dtype", DTYPES),
+            ("head_dim", HEAD_DIMS),
+            ("block_size", BLOCK_SIZES),
+            ("gqa", GQA_GROUPS),
+        ):
             if getattr(self, field_name) not in allowed:
                 raise UnsupportedSpecError(
                     f"{self.name}: {field_name}={getattr(self, field_name)!r} is not generated "
-                    f"(supported: {', '.join(map(str, allowed))})")
+                    f"(supported: {', '.join(map(str, allowed))})"
+                )
         self._check_partition()
         if self.tensor_cores:  # which the fused merge's fences need too: CUDA only
             self._check_tensor_cores()
@@ -91,14 +104,18 @@ class KernelSpec:
     def _check_partition(self) -> None:
         sizes = KERNELS[self.kernel].partition_sizes
         if not sizes and self.partition_size:
-            raise UnsupportedSpecError(f"{self.name}: {self.kernel} is a single pass and "
-                                       f"takes no partition size")
+            raise UnsupportedSpecError(
+                f"{self.name}: {self.kernel} is a single pass and takes no partition size"
+            )
         if sizes and self.partition_size not in sizes:
-            raise UnsupportedSpecError(f"{self.name}: {self.kernel} is generated for "
-                                       f"partitions of {', '.join(map(str, sizes))} tokens")
+            raise UnsupportedSpecError(
+                f"{self.name}: {self.kernel} is generated for "
+                f"partitions of {', '.join(map(str, sizes))} tokens"
+            )
         if self.partition_size % self.block_size:
-            raise UnsupportedSpecError(f"{self.name}: the partition size must be a multiple "
-                                       f"of the block size")
+            raise UnsupportedSpecError(
+                f"{self.name}: the partition size must be a multiple of the block size"
+            )
 
     def _check_tensor_cores(self) -> None:
         if self.backend != "cuda":
@@ -106,16 +123,25 @@ class KernelSpec:
         if self.dtype == "float32":
             raise UnsupportedSpecError(f"{self.name}: tensor-core kernels take bf16/fp16 pages")
         if self.block_size % 16:
-            raise UnsupportedSpecError(f"{self.name}: tensor-core kernels read 16-token "
-                                       f"sub-pages (blocks of 16 or 32)")
+            raise UnsupportedSpecError(
+                f"{self.name}: tensor-core kernels read 16-token sub-pages (blocks of 16 or 32)"
+            )
         if self.head_dim not in TENSOR_CORE_HEAD_DIMS:
-            raise UnsupportedSpecError(f"{self.name}: tensor-core kernels are generated for "
-                                       f"head_dim {' and '.join(map(str, TENSOR_CORE_HEAD_DIMS))}")
+            raise UnsupportedSpecError(
+                f"{self.name}: tensor-core kernels are generated for "
+                f"head_dim {' and '.join(map(str, TENSOR_CORE_HEAD_DIMS))}"
+            )
 
     @property
     def name(self) -> str:
-        parts = [self.kernel, self.backend, _DTYPE_SHORT.get(self.dtype, str(self.dtype)),
-                 f"hd{self.head_dim}", f"bs{self.block_size}", f"g{self.gqa}"]
+        parts = [
+            self.kernel,
+            self.backend,
+            _DTYPE_SHORT.get(self.dtype, str(self.dtype)),
+            f"hd{self.head_dim}",
+            f"bs{self.block_size}",
+            f"g{self.gqa}",
+        ]
         if self.partition_size:
             parts.append(f"p{self.partition_size}")
         if self.sliding_window:
@@ -160,13 +186,14 @@ class KernelSpec:
         return 4 if self.dtype == "float32" else 2
 
     @classmethod
-    def parse(cls, name: str) -> "KernelSpec":
+    def parse(cls, name: str) -> KernelSpec:
         """Inverse of `name`."""
-        kernel = next((k for k in sorted(KERNELS, key=len, reverse=True)
-                       if name.startswith(k + "_")), None)
+        kernel = next(
+            (k for k in sorted(KERNELS, key=len, reverse=True) if name.startswith(k + "_")), None
+        )
         if kernel is None:
             raise UnsupportedSpecError(f"{name!r}: unknown kernel ({', '.join(KERNELS)})")
-        fields = name[len(kernel) + 1:].split("_")
+        fields = name[len(kernel) + 1 :].split("_")
         sliding = fields[-1] == "sw"
         fields = fields[:-1] if sliding else fields
         short_to_dtype = {v: k for k, v in _DTYPE_SHORT.items()}
@@ -175,10 +202,15 @@ class KernelSpec:
             partition = int(rest[0].removeprefix("p")) if rest else 0
             if len(rest) > 1 or (rest and not rest[0].startswith("p")):
                 raise ValueError(rest)
-            values = (short_to_dtype[dtype], int(hd.removeprefix("hd")),
-                      int(bs.removeprefix("bs")), int(g.removeprefix("g")))
+            values = (
+                short_to_dtype[dtype],
+                int(hd.removeprefix("hd")),
+                int(bs.removeprefix("bs")),
+                int(g.removeprefix("g")),
+            )
         except (ValueError, KeyError) as exc:
             raise UnsupportedSpecError(
                 f"{name!r} is not a kernel spec name (expected e.g. "
-                f"decode_simt_metal_bf16_hd128_bs16_g4)") from exc
+                f"decode_simt_metal_bf16_hd128_bs16_g4)"
+            ) from exc
         return cls(kernel, backend, *values, partition, sliding)

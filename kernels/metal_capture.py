@@ -30,13 +30,22 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
     seq_lens = mx.full((seqs,), spec.block_size * CAPTURE_PAGES, dtype=mx.int32)
     parts = 2
     if spec.is_reduce:
-        inputs = [mx.zeros((seqs, heads, parts, spec.head_dim)), mx.zeros((seqs, heads, parts)),
-                  mx.zeros((seqs, heads, parts)), seq_lens] + window
+        inputs = [
+            mx.zeros((seqs, heads, parts, spec.head_dim)),
+            mx.zeros((seqs, heads, parts)),
+            mx.zeros((seqs, heads, parts)),
+            seq_lens,
+        ] + window
         return inputs, [(seqs, heads, 1, spec.head_dim)], [dtype]
     pages = mx.zeros((seqs * CAPTURE_PAGES, spec.block_size, kv_heads, spec.head_dim), dtype)
-    inputs = [mx.zeros((seqs, heads, 1, spec.head_dim), dtype), pages, pages,
-              mx.zeros((seqs, CAPTURE_PAGES), mx.int32), seq_lens,
-              mx.array([1.0], dtype=mx.float32)] + window
+    inputs = [
+        mx.zeros((seqs, heads, 1, spec.head_dim), dtype),
+        pages,
+        pages,
+        mx.zeros((seqs, CAPTURE_PAGES), mx.int32),
+        seq_lens,
+        mx.array([1.0], dtype=mx.float32),
+    ] + window
     if spec.partitioned:
         shapes = [(seqs, heads, parts, spec.head_dim), (seqs, heads, parts), (seqs, heads, parts)]
         return inputs, shapes, [mx.float32] * 3
@@ -53,9 +62,15 @@ def capture_metal_source(spec: KernelSpec, kernel=None) -> str:
     inputs, shapes, dtypes = sample_inputs(spec)
 
     def call(*args):
-        return kernel(inputs=list(args), output_shapes=shapes, output_dtypes=dtypes,
-                      grid=(2 * threads, CAPTURE_SEQS, 1), threadgroup=(threads, 1, 1),
-                      template=[("T", _DTYPES[spec.dtype])], verbose=True)
+        return kernel(
+            inputs=list(args),
+            output_shapes=shapes,
+            output_dtypes=dtypes,
+            grid=(2 * threads, CAPTURE_SEQS, 1),
+            threadgroup=(threads, 1, 1),
+            template=[("T", _DTYPES[spec.dtype])],
+            verbose=True,
+        )
 
     with tempfile.TemporaryDirectory() as tmp:
         printed = os.path.join(tmp, "stdout.txt")
@@ -73,4 +88,3 @@ def capture_metal_source(spec: KernelSpec, kernel=None) -> str:
     if match is None:
         raise RuntimeError(f"{spec.name}: MLX printed no Metal source:\n{text[:2000]}")
     return match.group(1) + "\n"
-

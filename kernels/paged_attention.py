@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Optional
 
 import mlx.core as mx
 
@@ -21,15 +20,15 @@ from mlx_paged.kernels.paged_attention_routing import routed_specs
 _COUNTERS = CounterChain()
 
 
-def current_backend() -> Optional[str]:
-    """"metal" or "cuda" when MLX's default device is a GPU with that backend, else None."""
+def current_backend() -> str | None:
+    """ "metal" or "cuda" when MLX's default device is a GPU with that backend, else None."""
     if mx.default_device().type != mx.DeviceType.gpu:
         return None
     return _gpu_backend()
 
 
-@functools.lru_cache(maxsize=None)
-def _gpu_backend() -> Optional[str]:
+@functools.cache
+def _gpu_backend() -> str | None:
     """The GPU backend this MLX build has (it cannot change in a process)."""
     if mx.metal.is_available():
         return "metal"
@@ -38,12 +37,21 @@ def _gpu_backend() -> Optional[str]:
     return None
 
 
-def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.array,
-                           block_tables: mx.array, seq_lens: mx.array, *, scale: float,
-                           window: Optional[int] = None, sinks: Optional[mx.array] = None,
-                           backend: Optional[str] = None, kernel: Optional[str] = None,
-                           partition_size: Optional[int] = None,
-                           compiled: bool = True) -> mx.array:
+def paged_attention_decode(
+    queries: mx.array,
+    k_pages: mx.array,
+    v_pages: mx.array,
+    block_tables: mx.array,
+    seq_lens: mx.array,
+    *,
+    scale: float,
+    window: int | None = None,
+    sinks: mx.array | None = None,
+    backend: str | None = None,
+    kernel: str | None = None,
+    partition_size: int | None = None,
+    compiled: bool = True,
+) -> mx.array:
     """Decode attention of `(B, Hq, 1, D)` queries over paged K/V, on the GPU kernels.
 
     Each row's one query sits at position `seq_lens[b] - 1` and sees keys `[0, seq_lens[b])`
@@ -62,24 +70,45 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     """
     backend = backend or current_backend()
     if backend is None:
-        raise UnsupportedSpecError("paged decode kernels need MLX's Metal or CUDA backend; "
-                                   "the CPU runs paged_attention_reference")
+        raise UnsupportedSpecError(
+            "paged decode kernels need MLX's Metal or CUDA backend; "
+            "the CPU runs paged_attention_reference"
+        )
     q_shape, k_shape, dtype = queries.shape, k_pages.shape, queries.dtype
     num_seqs, num_heads, num_queries, head_dim = q_shape
-    plan = launch_plan(backend, dtype, num_seqs, num_heads, num_queries, head_dim, k_shape[1],
-                       k_shape[2], block_tables.shape[1], window is not None, kernel,
-                       partition_size)
+    plan = launch_plan(
+        backend,
+        dtype,
+        num_seqs,
+        num_heads,
+        num_queries,
+        head_dim,
+        k_shape[1],
+        k_shape[2],
+        block_tables.shape[1],
+        window is not None,
+        kernel,
+        partition_size,
+    )
     if sinks is not None:
         raise UnsupportedSpecError(f"{plan.name}: attention sinks are not implemented")
     if k_shape[3] != head_dim or v_pages.shape != k_shape or k_pages.dtype != dtype:
-        raise UnsupportedSpecError(f"{plan.name}: queries {queries.shape} {queries.dtype} do "
-                                   f"not match pages {k_pages.shape} {k_pages.dtype}")
+        raise UnsupportedSpecError(
+            f"{plan.name}: queries {queries.shape} {queries.dtype} do "
+            f"not match pages {k_pages.shape} {k_pages.dtype}"
+        )
     if block_tables.dtype != mx.int32:
         block_tables = block_tables.astype(mx.int32)
     if seq_lens.dtype != mx.int32:
         seq_lens = seq_lens.astype(mx.int32)
-    inputs = [queries, k_pages, v_pages, block_tables, seq_lens,
-              constant(float(scale), mx.float32, backend)]
+    inputs = [
+        queries,
+        k_pages,
+        v_pages,
+        block_tables,
+        seq_lens,
+        constant(float(scale), mx.float32, backend),
+    ]
     if window is not None:
         inputs.append(constant(int(window), mx.int32, backend))
     launch = plan.launch if compiled else plan.launch_eager
@@ -88,8 +117,15 @@ def paged_attention_decode(queries: mx.array, k_pages: mx.array, v_pages: mx.arr
     return launch(*inputs)
 
 
-def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
-            sliding_window: bool, progress=None) -> list[KernelSpec]:
+def warm_up(
+    backend: str,
+    dtype: mx.Dtype,
+    head_dim: int,
+    block_size: int,
+    gqa: int,
+    sliding_window: bool,
+    progress=None,
+) -> list[KernelSpec]:
     """Compile every kernel a model's decode will call (`routed_specs`), one tiny call each.
 
     NVRTC/Metal compile a spec on its first call (about 2 s each on CUDA); doing it at load keeps
@@ -108,9 +144,20 @@ def warm_up(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: 
             queries = mx.zeros((batch, gqa, 1, head_dim), dtype=dtype)
             tables = mx.array([[2 * b + 1, 2 * b + 2] for b in range(batch)], dtype=mx.int32)
             lens = mx.full((batch,), block_size + 1, dtype=mx.int32)
-            mx.eval(paged_attention_decode(queries, pages, pages, tables, lens, scale=1.0,
-                                           window=window, backend=backend, kernel=spec.kernel,
-                                           partition_size=spec.partition_size or None))
+            mx.eval(
+                paged_attention_decode(
+                    queries,
+                    pages,
+                    pages,
+                    tables,
+                    lens,
+                    scale=1.0,
+                    window=window,
+                    backend=backend,
+                    kernel=spec.kernel,
+                    partition_size=spec.partition_size or None,
+                )
+            )
         if progress is not None:
             progress(spec, time.perf_counter() - tic)
     return specs

@@ -19,15 +19,15 @@ TEMPLATES = Path(__file__).resolve().parent
 class Geometry:
     """How a pass-1 threadgroup covers one (sequence, KV head, partition)."""
 
-    nsg: int            # simdgroups per threadgroup
-    tpr: int            # lanes sharing one K/V row
-    epl: int            # head-dim elements per lane (head_dim = tpr * epl)
-    chunk: int          # tokens per online-softmax rescale, per row group
+    nsg: int  # simdgroups per threadgroup
+    tpr: int  # lanes sharing one K/V row
+    epl: int  # head-dim elements per lane (head_dim = tpr * epl)
+    chunk: int  # tokens per online-softmax rescale, per row group
     vector_loads: bool  # rows split into 16-byte aligned lane chunks
-    stages: int         # 1: K/V loaded into registers; N > 1: an N-slot shared ring per simdgroup
-    stage_rows: int     # rows of K (and of V) per ring slot (0 without a ring)
+    stages: int  # 1: K/V loaded into registers; N > 1: an N-slot shared ring per simdgroup
+    stage_rows: int  # rows of K (and of V) per ring slot (0 without a ring)
     tensor_cores: bool = False  # mma.sync scores and P.V (CUDA, bf16/fp16)
-    mma_k_width: int = 0        # bytes per load of a lane's K slice / V slice on that path
+    mma_k_width: int = 0  # bytes per load of a lane's K slice / V slice on that path
     mma_v_width: int = 0
 
     def ring_bytes(self, spec: KernelSpec) -> int:
@@ -61,13 +61,15 @@ def geometry(spec: KernelSpec) -> Geometry:
     candidates = [p for p in (32, 16, 8, 4, 2, 1) if spec.head_dim % p == 0]
     tpr = next((p for p in candidates if spec.head_dim // p >= vec), candidates[-1])
     if spec.block_size * tpr < 32:
-        raise UnsupportedSpecError(f"{spec.name}: {tpr} lanes per row leave more rows per "
-                                   f"simdgroup than a block has")
+        raise UnsupportedSpecError(
+            f"{spec.name}: {tpr} lanes per row leave more rows per simdgroup than a block has"
+        )
     epl = spec.head_dim // tpr
     tokens = spec.block_size // (32 // tpr)
     # Score registers per chunk: GQA x chunk <= 32.
-    chunk = max([c for c in range(1, tokens + 1) if tokens % c == 0 and c * spec.gqa <= 32],
-                default=1)
+    chunk = max(
+        [c for c in range(1, tokens + 1) if tokens % c == 0 and c * spec.gqa <= 32], default=1
+    )
     vector_loads = (epl * spec.itemsize) % 16 == 0
     return Geometry(nsg, tpr, epl, chunk, vector_loads, stages=1, stage_rows=0)
 
@@ -78,22 +80,40 @@ def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
 
     def width(nbytes: int) -> int:
         return next(w for w in (16, 8, 4, 2) if nbytes % w == 0)
-    return Geometry(nsg, tpr=4, epl=spec.head_dim // 4, chunk=16, vector_loads=True,
-                    stages=stages, stage_rows=16 if stages > 1 else 0, tensor_cores=True,
-                    mma_k_width=width(spec.head_dim // 2), mma_v_width=width(spec.head_dim // 4))
+
+    return Geometry(
+        nsg,
+        tpr=4,
+        epl=spec.head_dim // 4,
+        chunk=16,
+        vector_loads=True,
+        stages=stages,
+        stage_rows=16 if stages > 1 else 0,
+        tensor_cores=True,
+        mma_k_width=width(spec.head_dim // 2),
+        mma_v_width=width(spec.head_dim // 4),
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def define(spec: KernelSpec) -> KernelDefinition:
     """Render `spec` (pass 1 or pass 2) into a checked `KernelDefinition` (once per process)."""
     header = render_macro(TEMPLATES, "_dialect.jinja", "cuda_header", spec)
     window = ("window",) if spec.sliding_window else ()
     if spec.is_reduce:
-        return check_definition(KernelDefinition(
-            name=spec.name, backend=spec.backend, spec=spec,
-            source=render(TEMPLATES, "paged_attention_reduce.jinja", spec), header=header,
-            input_names=("partial_out", "partial_max", "partial_sum", "seq_lens") + window,
-            output_names=("out",), threads_per_threadgroup=32, threadgroup_bytes=0))
+        return check_definition(
+            KernelDefinition(
+                name=spec.name,
+                backend=spec.backend,
+                spec=spec,
+                source=render(TEMPLATES, "paged_attention_reduce.jinja", spec),
+                header=header,
+                input_names=("partial_out", "partial_max", "partial_sum", "seq_lens") + window,
+                output_names=("out",),
+                threads_per_threadgroup=32,
+                threadgroup_bytes=0,
+            )
+        )
     geo = geometry(spec)
     outputs = ("partial_out", "partial_max", "partial_sum") if spec.partitioned else ("out",)
     if spec.fused_reduce:
@@ -101,17 +121,26 @@ def define(spec: KernelSpec) -> KernelDefinition:
         # with each output.
         outputs = ("out", "partials", "counters_next")
     counters = ("counters",) if spec.fused_reduce else ()
-    return check_definition(KernelDefinition(
-        name=spec.name, backend=spec.backend, spec=spec,
-        source=render(TEMPLATES, "paged_attention.jinja", spec, geo=geo), header=header,
-        input_names=("queries", "k_pages", "v_pages", "block_tables", "seq_lens", "scale")
-        + window + counters,
-        output_names=outputs, threads_per_threadgroup=geo.nsg * 32,
-        threadgroup_bytes=_threadgroup_bytes(geo.nsg, spec), ring_bytes=geo.ring_bytes(spec),
-        notes={"geometry": geo}))
+    return check_definition(
+        KernelDefinition(
+            name=spec.name,
+            backend=spec.backend,
+            spec=spec,
+            source=render(TEMPLATES, "paged_attention.jinja", spec, geo=geo),
+            header=header,
+            input_names=("queries", "k_pages", "v_pages", "block_tables", "seq_lens", "scale")
+            + window
+            + counters,
+            output_names=outputs,
+            threads_per_threadgroup=geo.nsg * 32,
+            threadgroup_bytes=_threadgroup_bytes(geo.nsg, spec),
+            ring_bytes=geo.ring_bytes(spec),
+            notes={"geometry": geo},
+        )
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def build(spec: KernelSpec):
     """The `mx.fast` kernel object of `spec`, built once per process and reused by every call."""
     return compile_kernel(define(spec))

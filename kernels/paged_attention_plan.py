@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 import mlx.core as mx
 
@@ -56,49 +57,90 @@ class LaunchPlan:
 
 
 @functools.lru_cache(maxsize=512)
-def launch_plan(backend: str, dtype: mx.Dtype, num_seqs: int, num_heads: int, num_queries: int,
-                head_dim: int, block_size: int, num_kv_heads: int, table_blocks: int,
-                sliding_window: bool, kernel: Optional[str] = None,
-                partition_size: Optional[int] = None) -> LaunchPlan:
+def launch_plan(
+    backend: str,
+    dtype: mx.Dtype,
+    num_seqs: int,
+    num_heads: int,
+    num_queries: int,
+    head_dim: int,
+    block_size: int,
+    num_kv_heads: int,
+    table_blocks: int,
+    sliding_window: bool,
+    kernel: str | None = None,
+    partition_size: int | None = None,
+) -> LaunchPlan:
     """The plan of one shape (see `paged_attention_decode` for the arguments); raises
     `UnsupportedSpecError` for a shape the kernels cannot serve."""
     if num_heads % num_kv_heads:
-        raise UnsupportedSpecError(f"{num_heads} query heads are not a multiple of "
-                                   f"{num_kv_heads} KV heads")
+        raise UnsupportedSpecError(
+            f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads"
+        )
     groups = num_seqs * num_kv_heads
     table_tokens = table_blocks * block_size
     if kernel is None:
-        kernel, partition_size = route(backend, dtype, head_dim, block_size, groups,
-                                       table_tokens)
+        kernel, partition_size = route(backend, dtype, head_dim, block_size, groups, table_tokens)
     elif kernel not in KERNELS or KERNELS[kernel].split == "reduce":
-        raise UnsupportedSpecError(f"{kernel!r} is not a kernel to launch (pass 1 kernels: "
-                                   f"{', '.join(k for k in KERNELS if k != 'decode_reduce')})")
+        raise UnsupportedSpecError(
+            f"{kernel!r} is not a kernel to launch (pass 1 kernels: "
+            f"{', '.join(k for k in KERNELS if k != 'decode_reduce')})"
+        )
     elif partition_size is None:
         partition_size = partition_size_for(kernel, groups, table_tokens)
-    spec = KernelSpec(kernel, backend, dtype_name(dtype), head_dim, block_size,
-                      num_heads // num_kv_heads, partition_size, sliding_window)
+    spec = KernelSpec(
+        kernel,
+        backend,
+        dtype_name(dtype),
+        head_dim,
+        block_size,
+        num_heads // num_kv_heads,
+        partition_size,
+        sliding_window,
+    )
     if num_queries != 1:
-        raise UnsupportedSpecError(f"{spec.name}: decode kernels take one query per row, "
-                                   f"not {num_queries}")
-    shapes = dict(groups=groups, out_shape=(num_seqs, num_heads, num_queries, head_dim),
-                  dtype=dtype)
+        raise UnsupportedSpecError(
+            f"{spec.name}: decode kernels take one query per row, not {num_queries}"
+        )
+    shapes = dict(
+        groups=groups, out_shape=(num_seqs, num_heads, num_queries, head_dim), dtype=dtype
+    )
     tg = _threads(spec)
     if not spec.partitioned:
-        return LaunchPlan(spec.name, build(spec), (tg * num_kv_heads, num_seqs, 1),
-                          (tg, 1, 1), (), False, **shapes)
+        return LaunchPlan(
+            spec.name,
+            build(spec),
+            (tg * num_kv_heads, num_seqs, 1),
+            (tg, 1, 1),
+            (),
+            False,
+            **shapes,
+        )
     num_partitions = math.ceil(table_tokens / partition_size)
     grid = (tg * num_kv_heads, num_seqs, num_partitions)
     if spec.fused_reduce:
         # The three partials in one flat array (see `paged_attention.jinja`).
         packed = ((num_seqs * num_heads * num_partitions * (head_dim + 2),),)
-        return LaunchPlan(spec.name, build(spec), grid, (tg, 1, 1), packed, True,
-                          counter_slots=groups, **shapes)
+        return LaunchPlan(
+            spec.name, build(spec), grid, (tg, 1, 1), packed, True, counter_slots=groups, **shapes
+        )
     reduce = KernelSpec("decode_reduce", *dataclasses.astuple(spec)[1:])
-    partial_shapes = ((num_seqs, num_heads, num_partitions, head_dim),
-                      (num_seqs, num_heads, num_partitions), (num_seqs, num_heads, num_partitions))
-    return LaunchPlan(spec.name, build(spec), grid, (tg, 1, 1), partial_shapes, False,
-                      reduce_kernel=build(reduce), reduce_grid=(num_heads * 32, num_seqs, 1),
-                      **shapes)
+    partial_shapes = (
+        (num_seqs, num_heads, num_partitions, head_dim),
+        (num_seqs, num_heads, num_partitions),
+        (num_seqs, num_heads, num_partitions),
+    )
+    return LaunchPlan(
+        spec.name,
+        build(spec),
+        grid,
+        (tg, 1, 1),
+        partial_shapes,
+        False,
+        reduce_kernel=build(reduce),
+        reduce_grid=(num_heads * 32, num_seqs, 1),
+        **shapes,
+    )
 
 
 def _threads(spec: KernelSpec) -> int:
@@ -118,27 +160,44 @@ def _launch_function(plan: LaunchPlan) -> Callable:
     partial_dtypes = [mx.float32] * len(plan.partial_shapes)
 
     def single(*inputs):
-        return plan.kernel(inputs=list(inputs), template=template, grid=plan.grid,
-                           threadgroup=plan.threadgroup, output_shapes=[out_shape],
-                           output_dtypes=[dtype])[0]
+        return plan.kernel(
+            inputs=list(inputs),
+            template=template,
+            grid=plan.grid,
+            threadgroup=plan.threadgroup,
+            output_shapes=[out_shape],
+            output_dtypes=[dtype],
+        )[0]
 
     def fused(*inputs):
         counters = inputs[-1]
         outputs = plan.kernel(
-            inputs=list(inputs), template=template, grid=plan.grid,
+            inputs=list(inputs),
+            template=template,
+            grid=plan.grid,
             threadgroup=plan.threadgroup,
             output_shapes=[out_shape, *plan.partial_shapes, counters.shape],
-            output_dtypes=[dtype, *partial_dtypes, mx.int32])
+            output_dtypes=[dtype, *partial_dtypes, mx.int32],
+        )
         return outputs[0], outputs[-1]
 
     def two_pass(*inputs):
         partials = plan.kernel(
-            inputs=list(inputs), template=template, grid=plan.grid,
-            threadgroup=plan.threadgroup, output_shapes=list(plan.partial_shapes),
-            output_dtypes=[mx.float32] * 3)
+            inputs=list(inputs),
+            template=template,
+            grid=plan.grid,
+            threadgroup=plan.threadgroup,
+            output_shapes=list(plan.partial_shapes),
+            output_dtypes=[mx.float32] * 3,
+        )
         return plan.reduce_kernel(  # the partials, seq_lens and the window if any
-            inputs=[*partials, inputs[4], *inputs[6:]], template=template, grid=plan.reduce_grid,
-            threadgroup=(32, 1, 1), output_shapes=[out_shape], output_dtypes=[dtype])[0]
+            inputs=[*partials, inputs[4], *inputs[6:]],
+            template=template,
+            grid=plan.reduce_grid,
+            threadgroup=(32, 1, 1),
+            output_shapes=[out_shape],
+            output_dtypes=[dtype],
+        )[0]
 
     if not plan.partial_shapes:
         return single

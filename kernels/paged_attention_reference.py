@@ -4,8 +4,6 @@ every paged kernel is tested against, and the CPU path."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 import mlx.core as mx
 
 
@@ -18,8 +16,9 @@ def gather_pages(pages: mx.array, block_tables: mx.array) -> mx.array:
     return gathered.reshape(num_rows, max_blocks * block_size, heads, dim).transpose(0, 2, 1, 3)
 
 
-def paged_attention_mask(query_positions: mx.array, context_lens: mx.array, num_keys: int,
-                         window: Optional[int] = None) -> mx.array:
+def paged_attention_mask(
+    query_positions: mx.array, context_lens: mx.array, num_keys: int, window: int | None = None
+) -> mx.array:
     """Boolean `(B, 1, L, T)` mask: key t is visible to the query at position p of row b when
     t <= p, t < context_lens[b] and, with a sliding window, t > p - window.
 
@@ -36,11 +35,18 @@ def paged_attention_mask(query_positions: mx.array, context_lens: mx.array, num_
     return visible[:, None, :, :]
 
 
-def paged_attention_reference(queries: mx.array, k_pages: mx.array, v_pages: mx.array,
-                              block_tables: mx.array, context_lens: mx.array,
-                              query_positions: mx.array, *, scale: float,
-                              window: Optional[int] = None,
-                              sinks: Optional[mx.array] = None) -> mx.array:
+def paged_attention_reference(
+    queries: mx.array,
+    k_pages: mx.array,
+    v_pages: mx.array,
+    block_tables: mx.array,
+    context_lens: mx.array,
+    query_positions: mx.array,
+    *,
+    scale: float,
+    window: int | None = None,
+    sinks: mx.array | None = None,
+) -> mx.array:
     """Attention of `(B, Hq, L, D)` queries over paged K/V.
 
     Args:
@@ -56,5 +62,6 @@ def paged_attention_reference(queries: mx.array, k_pages: mx.array, v_pages: mx.
     keys = gather_pages(k_pages, block_tables)
     values = gather_pages(v_pages, block_tables)
     mask = paged_attention_mask(query_positions, context_lens, keys.shape[2], window)
-    return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask,
-                                                sinks=sinks)
+    return mx.fast.scaled_dot_product_attention(
+        queries, keys, values, scale=scale, mask=mask, sinks=sinks
+    )

@@ -1,12 +1,12 @@
 """Which decode kernel runs for a call, from the H200 sweeps (`docs/kernels.md`, "Routing").
 
-| where                                            | single pass      | split-K                     |
-| ------------------------------------------------ | ---------------- | --------------------------- |
-| CUDA, bf16/fp16, head_dim 64/128, blocks 16/32   | `decode_tc_wide` | `decode_tc_splitk` p1024    |
-|   (`decode_tc` past 72 groups)                   |                  | past 16k tokens:            |
-|                                                  |                  | `decode_tc_splitk_direct`   |
-| everywhere else (Metal, fp32, other head sizes)  | `decode_simt`    | `decode_simt_splitk` p512   |
-|                                                  |                  | + `decode_reduce`           |
+| where                                           | single pass      | split-K                    |
+| ----------------------------------------------- | ---------------- | -------------------------- |
+| CUDA, bf16/fp16, head_dim 64/128, blocks 16/32  | `decode_tc_wide` | `decode_tc_splitk` p1024   |
+|   (`decode_tc` past 72 groups)                  |                  | past 16k tokens:           |
+|                                                 |                  | `decode_tc_splitk_direct`  |
+| everywhere else (Metal, fp32, other head sizes) | `decode_simt`    | `decode_simt_splitk` p512  |
+|                                                 |                  | + `decode_reduce`          |
 
 "groups" are (sequence, KV head) pairs, one threadgroup each in a single pass.
 """
@@ -18,8 +18,12 @@ from typing import NamedTuple
 
 import mlx.core as mx
 
-from mlx_paged.kernels.kernel_spec import (KERNELS, TENSOR_CORE_HEAD_DIMS, KernelSpec,
-                                           UnsupportedSpecError)
+from mlx_paged.kernels.kernel_spec import (
+    KERNELS,
+    TENSOR_CORE_HEAD_DIMS,
+    KernelSpec,
+    UnsupportedSpecError,
+)
 
 SIMT_PARTITION_SIZE = 512
 # The SIMT single pass wins once the groups fill the GPU: then splitting only adds the reduce.
@@ -51,15 +55,20 @@ class Route(NamedTuple):
 
 def dtype_name(dtype: mx.Dtype) -> str:
     if dtype not in _DTYPE_NAMES:
-        raise UnsupportedSpecError(f"paged decode kernels take float16/bfloat16/float32 "
-                                   f"pages, not {dtype}")
+        raise UnsupportedSpecError(
+            f"paged decode kernels take float16/bfloat16/float32 pages, not {dtype}"
+        )
     return _DTYPE_NAMES[dtype]
 
 
 def tensor_cores_serve(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int) -> bool:
     """Whether the tensor-core kernels are routed for this shape."""
-    return (backend == "cuda" and dtype in (mx.bfloat16, mx.float16)
-            and head_dim in TENSOR_CORE_HEAD_DIMS and block_size % 16 == 0)
+    return (
+        backend == "cuda"
+        and dtype in (mx.bfloat16, mx.float16)
+        and head_dim in TENSOR_CORE_HEAD_DIMS
+        and block_size % 16 == 0
+    )
 
 
 def partition_size_for(kernel: str, groups: int, table_tokens: int) -> int:
@@ -72,40 +81,56 @@ def partition_size_for(kernel: str, groups: int, table_tokens: int) -> int:
         return TC_PARTITION_SIZE
     if groups >= TC_SINGLE_PASS_MIN_GROUPS:
         return TC_LONG_PARTITION_SIZE
-    return min(KERNELS["decode_tc_splitk_direct"].partition_sizes, key=lambda size: abs(
-        groups * math.ceil(table_tokens / size) - TC_FEW_GROUPS_TARGET_THREADGROUPS))
+    return min(
+        KERNELS["decode_tc_splitk_direct"].partition_sizes,
+        key=lambda size: abs(
+            groups * math.ceil(table_tokens / size) - TC_FEW_GROUPS_TARGET_THREADGROUPS
+        ),
+    )
 
 
-def route(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, groups: int,
-          table_tokens: int) -> Route:
+def route(
+    backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, groups: int, table_tokens: int
+) -> Route:
     """The kernel (and partition length) for `groups` (sequence, KV head) pairs over a block
     table `table_tokens` wide; see the table above."""
     if not tensor_cores_serve(backend, dtype, head_dim, block_size):
         partitions = math.ceil(table_tokens / SIMT_PARTITION_SIZE)
-        if (partitions == 1 or groups >= SIMT_SINGLE_PASS_MIN_GROUPS
-                or (groups >= SIMT_SINGLE_PASS_MIN_GROUPS_SHORT
-                    and partitions <= SIMT_SHORT_PARTITIONS)):
+        if (
+            partitions == 1
+            or groups >= SIMT_SINGLE_PASS_MIN_GROUPS
+            or (groups >= SIMT_SINGLE_PASS_MIN_GROUPS_SHORT and partitions <= SIMT_SHORT_PARTITIONS)
+        ):
             return Route("decode_simt", 0)
         return Route("decode_simt_splitk", SIMT_PARTITION_SIZE)
     split = "decode_tc_splitk_direct" if table_tokens > TC_LONG_CONTEXT else "decode_tc_splitk"
     size = partition_size_for(split, groups, table_tokens)
-    partial_second_wave = (TC_RESIDENT_THREADGROUPS < groups
-                           < TC_RESIDENT_THREADGROUPS * 7 // 4)
-    single = (math.ceil(table_tokens / size) == 1 or table_tokens <= TC_SHORT_TABLE_TOKENS
-              or (groups >= TC_SINGLE_PASS_MIN_GROUPS
-                  and not (table_tokens > TC_LONG_CONTEXT and partial_second_wave)))
+    partial_second_wave = TC_RESIDENT_THREADGROUPS < groups < TC_RESIDENT_THREADGROUPS * 7 // 4
+    single = (
+        math.ceil(table_tokens / size) == 1
+        or table_tokens <= TC_SHORT_TABLE_TOKENS
+        or (
+            groups >= TC_SINGLE_PASS_MIN_GROUPS
+            and not (table_tokens > TC_LONG_CONTEXT and partial_second_wave)
+        )
+    )
     if single:
         return Route("decode_tc_wide" if groups <= TC_WIDE_MAX_GROUPS else "decode_tc", 0)
     return Route(split, size)
 
 
-def routed_specs(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int,
-                 sliding_window: bool) -> list[KernelSpec]:
+def routed_specs(
+    backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int, sliding_window: bool
+) -> list[KernelSpec]:
     """Every spec the routing can call for one attention shape (what `warm_up` compiles)."""
     if tensor_cores_serve(backend, dtype, head_dim, block_size):
         names = ("decode_tc_wide", "decode_tc", "decode_tc_splitk", "decode_tc_splitk_direct")
     else:
         names = ("decode_simt", "decode_simt_splitk", "decode_reduce")
-    return [KernelSpec(name, backend, dtype_name(dtype), head_dim, block_size, gqa, size,
-                       sliding_window)
-            for name in names for size in KERNELS[name].partition_sizes or (0,)]
+    return [
+        KernelSpec(
+            name, backend, dtype_name(dtype), head_dim, block_size, gqa, size, sliding_window
+        )
+        for name in names
+        for size in KERNELS[name].partition_sizes or (0,)
+    ]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 
 class InvalidRequestError(ValueError):
     """A request the runtime refuses: bad parameter, too long a prompt, unknown model.
@@ -14,8 +12,9 @@ class InvalidRequestError(ValueError):
         code: a short machine-readable reason.
     """
 
-    def __init__(self, message: str, *, param: Optional[str] = None, status: int = 400,
-                 code: Optional[str] = None):
+    def __init__(
+        self, message: str, *, param: str | None = None, status: int = 400, code: str | None = None
+    ):
         super().__init__(message)
         self.message = message
         self.param = param

@@ -21,8 +21,9 @@ def tiny_model_dir(tmp_path_factory):
 
     def get(model_type: str = "llama") -> Path:
         if model_type not in built:
-            built[model_type] = build_model(tmp_path_factory.mktemp(f"tiny-{model_type}"),
-                                            model_type)
+            built[model_type] = build_model(
+                tmp_path_factory.mktemp(f"tiny-{model_type}"), model_type
+            )
         return built[model_type]
 
     return get

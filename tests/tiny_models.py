@@ -7,47 +7,106 @@ from pathlib import Path
 import mlx.core as mx
 
 CORPUS = [
-    "hello world", "the quick brown fox jumps over the lazy dog",
-    "paged attention kv cache block table", "continuous batching joins and leaves every step",
+    "hello world",
+    "the quick brown fox jumps over the lazy dog",
+    "paged attention kv cache block table",
+    "continuous batching joins and leaves every step",
 ] * 40
 
 BASE_CONFIG = {
-    "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0, "tie_word_embeddings": True, "max_position_embeddings": 512,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 512,
 }
-ROPE_LLAMA4 = {"rope_type": "default", "rope_theta": 10000.0, "llama_4_scaling_beta": 0.1,
-               "original_max_position_embeddings": 512}
+ROPE_LLAMA4 = {
+    "rope_type": "default",
+    "rope_theta": 10000.0,
+    "llama_4_scaling_beta": 0.1,
+    "original_max_position_embeddings": 512,
+}
 EXTRA = {
     "llama": {},
     "qwen3": {},
-    "gemma3_text": {"sliding_window": 8, "sliding_window_pattern": 2,
-                    "query_pre_attn_scalar": 16, "rope_local_base_freq": 10000.0},
+    "gemma3_text": {
+        "sliding_window": 8,
+        "sliding_window_pattern": 2,
+        "query_pre_attn_scalar": 16,
+        "rope_local_base_freq": 10000.0,
+    },
     # Hybrids: some layers keep recurrent or convolution state instead of K/V.
-    "lfm2": {"norm_eps": 1e-5, "conv_bias": False, "conv_L_cache": 3, "block_dim": 64,
-             "block_multiple_of": 32, "block_ffn_dim_multiplier": 1.0,
-             "block_auto_adjust_ff_dim": False, "block_ff_dim": 128,
-             "layer_types": ["conv", "full_attention"]},
-    "qwen3_next": {"linear_num_value_heads": 2, "linear_num_key_heads": 2,
-                   "linear_key_head_dim": 16, "linear_value_head_dim": 16,
-                   "linear_conv_kernel_dim": 4, "num_experts": 2, "num_experts_per_tok": 1,
-                   "decoder_sparse_step": 1, "shared_expert_intermediate_size": 64,
-                   "mlp_only_layers": [], "moe_intermediate_size": 64,
-                   "partial_rotary_factor": 0.5, "full_attention_interval": 2},
-    "nemotron_h": {"attention_bias": False, "mamba_num_heads": 4, "mamba_head_dim": 16,
-                   "mamba_proj_bias": False, "ssm_state_size": 16, "conv_kernel": 4,
-                   "n_groups": 1, "mlp_bias": False, "layer_norm_epsilon": 1e-5,
-                   "use_bias": False, "use_conv_bias": True,
-                   "hybrid_override_pattern": ["M", "*"]},
-    "falcon_h1": {"mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_head": 16,
-                  "mamba_d_state": 16, "mamba_chunk_size": 16},
+    "lfm2": {
+        "norm_eps": 1e-5,
+        "conv_bias": False,
+        "conv_L_cache": 3,
+        "block_dim": 64,
+        "block_multiple_of": 32,
+        "block_ffn_dim_multiplier": 1.0,
+        "block_auto_adjust_ff_dim": False,
+        "block_ff_dim": 128,
+        "layer_types": ["conv", "full_attention"],
+    },
+    "qwen3_next": {
+        "linear_num_value_heads": 2,
+        "linear_num_key_heads": 2,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 16,
+        "linear_conv_kernel_dim": 4,
+        "num_experts": 2,
+        "num_experts_per_tok": 1,
+        "decoder_sparse_step": 1,
+        "shared_expert_intermediate_size": 64,
+        "mlp_only_layers": [],
+        "moe_intermediate_size": 64,
+        "partial_rotary_factor": 0.5,
+        "full_attention_interval": 2,
+    },
+    "nemotron_h": {
+        "attention_bias": False,
+        "mamba_num_heads": 4,
+        "mamba_head_dim": 16,
+        "mamba_proj_bias": False,
+        "ssm_state_size": 16,
+        "conv_kernel": 4,
+        "n_groups": 1,
+        "mlp_bias": False,
+        "layer_norm_epsilon": 1e-5,
+        "use_bias": False,
+        "use_conv_bias": True,
+        "hybrid_override_pattern": ["M", "*"],
+    },
+    "falcon_h1": {
+        "mamba_d_ssm": 64,
+        "mamba_n_heads": 4,
+        "mamba_d_head": 16,
+        "mamba_d_state": 16,
+        "mamba_chunk_size": 16,
+    },
     "ministral3": {"rope_parameters": ROPE_LLAMA4},
     # Multi-head latent attention: attends to K/V computed from what it caches.
-    "mistral4": {"moe_intermediate_size": 64, "n_shared_experts": 1, "n_routed_experts": 2,
-                 "routed_scaling_factor": 1.0, "kv_lora_rank": 32, "q_lora_rank": 32,
-                 "norm_topk_prob": True, "topk_group": 1, "num_experts_per_tok": 1,
-                 "first_k_dense_replace": 1, "n_group": 1, "qk_rope_head_dim": 8,
-                 "qk_nope_head_dim": 16, "v_head_dim": 16, "rope_parameters": ROPE_LLAMA4},
+    "mistral4": {
+        "moe_intermediate_size": 64,
+        "n_shared_experts": 1,
+        "n_routed_experts": 2,
+        "routed_scaling_factor": 1.0,
+        "kv_lora_rank": 32,
+        "q_lora_rank": 32,
+        "norm_topk_prob": True,
+        "topk_group": 1,
+        "num_experts_per_tok": 1,
+        "first_k_dense_replace": 1,
+        "n_group": 1,
+        "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 16,
+        "v_head_dim": 16,
+        "rope_parameters": ROPE_LLAMA4,
+    },
 }
 # Wrappers whose text model is another family, given as "wrapper:inner" (e.g. mistral3 around
 # ministral3); the inner config goes under text_config.
@@ -62,13 +121,19 @@ def build_tokenizer(out: Path):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=384, special_tokens=["<|bos|>", "<|eos|>", "<|pad|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        vocab_size=384,
+        special_tokens=["<|bos|>", "<|eos|>", "<|pad|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(CORPUS, trainer=trainer)
-    hf = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>",
-                                 pad_token="<|pad|>")
-    hf.chat_template = ("{% for m in messages %}<|bos|>{{ m['role'] }}: {{ m['content'] }}\n"
-                        "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|bos|>", eos_token="<|eos|>", pad_token="<|pad|>"
+    )
+    hf.chat_template = (
+        "{% for m in messages %}<|bos|>{{ m['role'] }}: {{ m['content'] }}\n"
+        "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}"
+    )
     hf.save_pretrained(str(out))
     return hf
 
@@ -83,14 +148,24 @@ def build_model(out: Path, model_type: str, seed: int = 0, **overrides) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     hf = build_tokenizer(out)
     outer, _, inner = model_type.partition(":")
-    config = {"model_type": inner or outer, **BASE_CONFIG, **EXTRA[inner or outer],
-              "vocab_size": len(hf), "bos_token_id": hf.bos_token_id,
-              "eos_token_id": hf.eos_token_id, **overrides}
+    config = {
+        "model_type": inner or outer,
+        **BASE_CONFIG,
+        **EXTRA[inner or outer],
+        "vocab_size": len(hf),
+        "bos_token_id": hf.bos_token_id,
+        "eos_token_id": hf.eos_token_id,
+        **overrides,
+    }
     if inner:
         if outer not in WRAPPERS:
             raise ValueError(f"{outer} is not a known wrapper family")
-        config = {"model_type": outer, "text_config": config, "vocab_size": len(hf),
-                  "eos_token_id": hf.eos_token_id}
+        config = {
+            "model_type": outer,
+            "text_config": config,
+            "vocab_size": len(hf),
+            "eos_token_id": hf.eos_token_id,
+        }
     module = importlib.import_module(f"mlx_lm.models.{outer}")
     mx.random.seed(seed)
     model = module.Model(module.ModelArgs.from_dict(config))

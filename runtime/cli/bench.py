@@ -10,8 +10,10 @@ from mlx_paged.kernels.kernel_spec import KERNELS
 
 def _bench(module: str):
     """Run `mlx_paged.bench.<module>.main`, imported only when that benchmark is asked for."""
+
     def run(args) -> int:
         return importlib.import_module(f"mlx_paged.bench.{module}").main(args)
+
     return run
 
 
@@ -25,13 +27,21 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_bench("throughput"))
 
     p = sub.add_parser("memory", help="KV memory density: paged vs contiguous vs BatchGenerator")
-    p.add_argument("--budget-tokens", type=int, default=16384,
-                   help="KV budget, in tokens of the benchmark model (default 16384)")
+    p.add_argument(
+        "--budget-tokens",
+        type=int,
+        default=16384,
+        help="KV budget, in tokens of the benchmark model (default 16384)",
+    )
     p.add_argument("--requests", type=int, default=96)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--cap", type=int, default=16,
-                   help="decode batch cap for the paths without a KV budget (default 16)")
+    p.add_argument(
+        "--cap",
+        type=int,
+        default=16,
+        help="decode batch cap for the paths without a KV budget (default 16)",
+    )
     p.add_argument("--out", default="bench/out/memory.json", help="JSON results file")
     p.set_defaults(run=_bench("memory"))
 
@@ -43,8 +53,10 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="bench/out/prefix-cache.json", help="JSON results file")
     p.set_defaults(run=_bench("prefix_cache"))
 
-    p = sub.add_parser("kernels", help="paged decode kernel vs MLX SDPA, gather+SDPA, torch SDPA "
-                                       "and copy bandwidth (GPU)")
+    p = sub.add_parser(
+        "kernels",
+        help="paged decode kernel vs MLX SDPA, gather+SDPA, torch SDPA and copy bandwidth (GPU)",
+    )
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32, 64, 128])
     p.add_argument("--context", type=int, nargs="+", default=[512, 2048, 8192, 32768])
     p.add_argument("--num-heads", type=int, default=32)
@@ -52,41 +64,76 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
-    p.add_argument("--pool-gb", type=float, default=1.0,
-                   help="smallest page pool, in GiB (keep it well above the GPU's cache)")
-    p.add_argument("--max-kv-gb", type=float, default=8.0,
-                   help="skip shapes whose K+V exceed this many GiB")
+    p.add_argument(
+        "--pool-gb",
+        type=float,
+        default=1.0,
+        help="smallest page pool, in GiB (keep it well above the GPU's cache)",
+    )
+    p.add_argument(
+        "--max-kv-gb", type=float, default=8.0, help="skip shapes whose K+V exceed this many GiB"
+    )
     p.add_argument("--out", default="bench/out/kernels", help="folder for kernels.json/.png")
-    p.add_argument("--kernel", action="append", default=[], metavar="NAME",
-                   choices=[k for k in KERNELS if k != "decode_reduce"],
-                   help="also time this kernel forced, as column paged_<NAME> (repeatable; "
-                        "see docs/kernels.md)")
-    p.add_argument("--skip", action="append", default=[], metavar="METHOD",
-                   help="leave this column out (repeatable), to spend less GPU time on a "
-                        "sweep: gather_sdpa, paged_read, mlx_sdpa, torch_sdpa, or a "
-                        "paged_<NAME> that --kernel adds")
-    p.add_argument("--sequential-blocks", action="store_true",
-                   help="give each sequence consecutive blocks instead of shuffled ones")
-    p.add_argument("--head-major-pages", action="store_true",
-                   help="store each page KV-head-major ([Hkv, block, D], one head's page "
-                        "contiguous) and pass the kernels its [block, Hkv, D] view: a layout "
-                        "experiment")
-    p.add_argument("--chained", action="store_true",
-                   help="feed each timed call's output to the next as its queries, so MLX "
-                        "runs the calls one after another (by default independent calls may "
-                        "overlap in MLX's CUDA graphs); paged_read stays unchained")
-    p.add_argument("--pipelined", action="store_true",
-                   help="with --chained: start evaluating every 8 calls while the next are "
-                        "built (mx.async_eval), as the engine's decode overlaps host and GPU; "
-                        "without it all calls are built before any runs")
-    p.add_argument("--replot", default=None, metavar="JSON",
-                   help="only redraw the plot of an earlier run's kernels.json")
+    p.add_argument(
+        "--kernel",
+        action="append",
+        default=[],
+        metavar="NAME",
+        choices=[k for k in KERNELS if k != "decode_reduce"],
+        help="also time this kernel forced, as column paged_<NAME> (repeatable; "
+        "see docs/kernels.md)",
+    )
+    p.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="METHOD",
+        help="leave this column out (repeatable), to spend less GPU time on a "
+        "sweep: gather_sdpa, paged_read, mlx_sdpa, torch_sdpa, or a "
+        "paged_<NAME> that --kernel adds",
+    )
+    p.add_argument(
+        "--sequential-blocks",
+        action="store_true",
+        help="give each sequence consecutive blocks instead of shuffled ones",
+    )
+    p.add_argument(
+        "--head-major-pages",
+        action="store_true",
+        help="store each page KV-head-major ([Hkv, block, D], one head's page "
+        "contiguous) and pass the kernels its [block, Hkv, D] view: a layout "
+        "experiment",
+    )
+    p.add_argument(
+        "--chained",
+        action="store_true",
+        help="feed each timed call's output to the next as its queries, so MLX "
+        "runs the calls one after another (by default independent calls may "
+        "overlap in MLX's CUDA graphs); paged_read stays unchained",
+    )
+    p.add_argument(
+        "--pipelined",
+        action="store_true",
+        help="with --chained: start evaluating every 8 calls while the next are "
+        "built (mx.async_eval), as the engine's decode overlaps host and GPU; "
+        "without it all calls are built before any runs",
+    )
+    p.add_argument(
+        "--replot",
+        default=None,
+        metavar="JSON",
+        help="only redraw the plot of an earlier run's kernels.json",
+    )
     p.set_defaults(run=_bench("kernels"))
 
-    p = sub.add_parser("decode", help="end-to-end decode tok/s at a large batch: paged + kernel, "
-                                      "paged + reference, contiguous, BatchGenerator")
-    p.add_argument("--model", default=None,
-                   help="model (default: a random ~1B llama built on the fly)")
+    p = sub.add_parser(
+        "decode",
+        help="end-to-end decode tok/s at a large batch: paged + kernel, "
+        "paged + reference, contiguous, BatchGenerator",
+    )
+    p.add_argument(
+        "--model", default=None, help="model (default: a random ~1B llama built on the fly)"
+    )
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--prompt", type=int, default=2048, help="prompt tokens per sequence")
     p.add_argument("--new", type=int, default=128, help="new tokens per sequence")

@@ -10,14 +10,24 @@ def add_kernels_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("kernels", help="list or render the generated kernels")
     p.add_argument("action", choices=["list", "render"])
     p.add_argument("spec", nargs="?", help="a spec name from `kernels list` (render)")
-    p.add_argument("--backend", choices=["metal", "cuda"], default=None,
-                   help="list this backend's specs / render the spec for this backend")
-    p.add_argument("--full", action="store_true",
-                   help="render: the complete source (Metal: as MLX generates it, captured "
-                        "through mx.export_function; CUDA: MLX's signature around the body)")
-    p.add_argument("--check", action="store_true",
-                   help="render: also compile it (Metal: clang against our MSL shim; CUDA: "
-                        "NVRTC for sm_90a, printing registers and spills)")
+    p.add_argument(
+        "--backend",
+        choices=["metal", "cuda"],
+        default=None,
+        help="list this backend's specs / render the spec for this backend",
+    )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="render: the complete source (Metal: as MLX generates it, captured "
+        "through mx.export_function; CUDA: MLX's signature around the body)",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="render: also compile it (Metal: clang against our MSL shim; CUDA: "
+        "NVRTC for sm_90a, printing registers and spills)",
+    )
     p.set_defaults(run=run_kernels)
 
 
@@ -39,9 +49,11 @@ def run_kernels(args: argparse.Namespace) -> int:
         print(f"{count} specs", file=sys.stderr)
         return 0
     if not args.spec:
-        print("mlx-paged kernels render: give a spec name, e.g. "
-              "decode_simt_metal_bf16_hd128_bs16_g4 (see `mlx-paged kernels list`)",
-              file=sys.stderr)
+        print(
+            "mlx-paged kernels render: give a spec name, e.g. "
+            "decode_simt_metal_bf16_hd128_bs16_g4 (see `mlx-paged kernels list`)",
+            file=sys.stderr,
+        )
         return 2
     try:
         spec = KernelSpec.parse(args.spec)
@@ -52,16 +64,18 @@ def run_kernels(args: argparse.Namespace) -> int:
         print(f"mlx-paged kernels render: {exc}", file=sys.stderr)
         return 2
     geometry = defn.notes.get("geometry")
-    print(f"// {spec.name}: inputs {', '.join(defn.input_names)}; outputs "
-          f"{', '.join(defn.output_names)}; {defn.threads_per_threadgroup} threads/threadgroup, "
-          f"{defn.threadgroup_bytes} B threadgroup memory"
-          + (f" + {defn.ring_bytes} B ring" if defn.ring_bytes else "")
-          + (f"; {geometry}" if geometry else ""), file=sys.stderr)
+    print(
+        f"// {spec.name}: inputs {', '.join(defn.input_names)}; outputs "
+        f"{', '.join(defn.output_names)}; {defn.threads_per_threadgroup} threads/threadgroup, "
+        f"{defn.threadgroup_bytes} B threadgroup memory"
+        + (f" + {defn.ring_bytes} B ring" if defn.ring_bytes else "")
+        + (f"; {geometry}" if geometry else ""),
+        file=sys.stderr,
+    )
     if (args.full or args.check) and spec.backend == "cuda":
         return _render_cuda(defn, args.check)
     if args.full or args.check:
         from mlx_paged.codegen.metal_check import MetalCheckError, check_metal_source
-
         from mlx_paged.kernels.metal_capture import capture_metal_source
 
         source = capture_metal_source(spec)
@@ -94,7 +108,9 @@ def _render_cuda(defn, check: bool) -> int:
     except CudaCheckError as exc:
         print(exc, file=sys.stderr)
         return 1
-    print(f"// {defn.name}: NVRTC compile check passed ({report.registers} registers, "
-          f"{report.spill_bytes} B spilled, {report.shared_bytes} B static shared memory)",
-          file=sys.stderr)
+    print(
+        f"// {defn.name}: NVRTC compile check passed ({report.registers} registers, "
+        f"{report.spill_bytes} B spilled, {report.shared_bytes} B static shared memory)",
+        file=sys.stderr,
+    )
     return 0

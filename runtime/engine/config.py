@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 PAGED_ATTENTION_MODES = ("auto", "kernel", "reference")
 
@@ -28,10 +27,10 @@ class EngineConfig:
     max_num_seqs: int = 32
     max_num_prefill_seqs: int = 8
     prefill_step_size: int = 2048
-    max_model_len: Optional[int] = None
+    max_model_len: int | None = None
     block_size: int = 16
-    kv_budget_bytes: Optional[int] = None
-    num_blocks: Optional[int] = None
+    kv_budget_bytes: int | None = None
+    num_blocks: int | None = None
     enable_prefix_caching: bool = True
     paged_attention: str = "auto"
 
@@ -40,7 +39,9 @@ class EngineConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.paged_attention not in PAGED_ATTENTION_MODES:
-            raise ValueError(f"paged_attention must be one of {', '.join(PAGED_ATTENTION_MODES)}"
-                             f", got {self.paged_attention!r}")
+            raise ValueError(
+                f"paged_attention must be one of {', '.join(PAGED_ATTENTION_MODES)}"
+                f", got {self.paged_attention!r}"
+            )
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")

@@ -10,25 +10,24 @@ import logging
 import queue
 import threading
 import time
-from typing import Optional
 
 import mlx.core as mx
 from mlx_lm.generate import generation_stream
 
 from mlx_paged.engine.config import EngineConfig
-from mlx_paged.runner.contiguous_runner import ContiguousRunner
 from mlx_paged.engine.fault_isolation import SamplingCheck
 from mlx_paged.engine.metrics import EngineMetrics
 from mlx_paged.engine.output_processor import OutputProcessor
 from mlx_paged.engine.outputs import RequestOutput
-from mlx_paged.kv.paged_setup import build_paged_path
 from mlx_paged.engine.request import Request, RequestStatus
 from mlx_paged.engine.request_checks import context_length, fit_request
 from mlx_paged.engine.request_stream import RequestStream
-from mlx_paged.sampling.sampler import make_row_sampling
-from mlx_paged.sampling.sampling_params import SamplingParams
 from mlx_paged.engine.scheduler import Scheduler
 from mlx_paged.engine.step_recovery import StepRecovery
+from mlx_paged.kv.paged_setup import build_paged_path
+from mlx_paged.runner.contiguous_runner import ContiguousRunner
+from mlx_paged.sampling.sampler import make_row_sampling
+from mlx_paged.sampling.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +42,7 @@ class Engine(StepRecovery):
         model_config: the model's config.json contents (for the context length).
     """
 
-    def __init__(self, model, tokenizer, config: EngineConfig, model_config: Optional[dict] = None):
+    def __init__(self, model, tokenizer, config: EngineConfig, model_config: dict | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
@@ -51,16 +50,23 @@ class Engine(StepRecovery):
         self.kv = None
         if config.kv_paged:
             self.runner, self.kv = build_paged_path(
-                model, (model_config or {}).get("model_type", ""), block_size=config.block_size,
-                kv_budget_bytes=config.kv_budget_bytes, num_blocks=config.num_blocks,
+                model,
+                (model_config or {}).get("model_type", ""),
+                block_size=config.block_size,
+                kv_budget_bytes=config.kv_budget_bytes,
+                num_blocks=config.num_blocks,
                 enable_prefix_caching=config.enable_prefix_caching,
                 paged_attention=config.paged_attention,
-                max_num_tokens=config.max_num_seqs * self.max_model_len)
+                max_num_tokens=config.max_num_seqs * self.max_model_len,
+            )
         else:
             self.runner = ContiguousRunner(model, prefill_step_size=config.prefill_step_size)
-        self.scheduler = Scheduler(max_num_seqs=config.max_num_seqs,
-                                   max_num_prefill_seqs=config.max_num_prefill_seqs,
-                                   prefill_step_size=config.prefill_step_size, kv=self.kv)
+        self.scheduler = Scheduler(
+            max_num_seqs=config.max_num_seqs,
+            max_num_prefill_seqs=config.max_num_prefill_seqs,
+            prefill_step_size=config.prefill_step_size,
+            kv=self.kv,
+        )
         self.outputs = OutputProcessor(tokenizer)
         self.metrics = EngineMetrics()
         self._xtc_special = tuple(tokenizer.encode("\n")) + tuple(sorted(tokenizer.eos_token_ids))
@@ -69,31 +75,38 @@ class Engine(StepRecovery):
         self.vocab_size = min(len(tokenizer), logits.shape[-1])
         self._check_sampling = SamplingCheck(logits.shape[-1], logits.dtype, self._xtc_special)
         self.failed_steps_in_a_row = 0
-        self.last_step_error: Optional[str] = None
+        self.last_step_error: str | None = None
         self._streams: dict[str, RequestStream] = {}
-        self._inbox: "queue.Queue[tuple]" = queue.Queue()
-        self._thread: Optional[threading.Thread] = None
+        self._inbox: queue.Queue[tuple] = queue.Queue()
+        self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._stream = generation_stream  # callers that drive `step` themselves use mlx-lm's
-        self.error: Optional[BaseException] = None
+        self.error: BaseException | None = None
 
     # ---- called from any thread -------------------------------------------------------------
 
-    def check_request(self, prompt_token_ids: list[int], params: SamplingParams,
-                      max_tokens_explicit: bool = True) -> SamplingParams:
+    def check_request(
+        self, prompt_token_ids: list[int], params: SamplingParams, max_tokens_explicit: bool = True
+    ) -> SamplingParams:
         """Validate a request against the model; may shorten a default `max_tokens` to fit.
 
         Raises:
             InvalidRequestError: empty or too-long prompt, `max_tokens` beyond the context, bad
                 ids or sampling parameters out of range (see `request_checks.fit_request`).
         """
-        return fit_request(prompt_token_ids, params, max_tokens_explicit,
-                           vocab_size=self.vocab_size, max_model_len=self.max_model_len,
-                           kv=self.kv, pool_flag="--num-blocks" if self.config.num_blocks
-                           else "--kv-budget")
+        return fit_request(
+            prompt_token_ids,
+            params,
+            max_tokens_explicit,
+            vocab_size=self.vocab_size,
+            max_model_len=self.max_model_len,
+            kv=self.kv,
+            pool_flag="--num-blocks" if self.config.num_blocks else "--kv-budget",
+        )
 
-    def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
-                    request_id: Optional[str] = None) -> RequestStream:
+    def add_request(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> RequestStream:
         """Queue a request; the returned stream yields its output increments."""
         request = Request(list(prompt_token_ids), params)
         if request_id is not None:
@@ -171,8 +184,9 @@ class Engine(StepRecovery):
             try:
                 self._check_sampling(stream.request.sampling_params)
             except Exception as exc:  # its sampling would throw inside a shared step
-                logger.warning("request %s refused: its sampling failed: %s",
-                               stream.request_id, exc)
+                logger.warning(
+                    "request %s refused: its sampling failed: %s", stream.request_id, exc
+                )
                 self.metrics.count_finish("error")
                 self._streams.pop(stream.request_id, None)
                 stream.fail(f"sampling failed for this request's parameters: {exc}")
@@ -241,19 +255,26 @@ class Engine(StepRecovery):
         resumed = "sampling" in req.runtime  # back after a preemption: its output state stays
         if params.seed is not None and not resumed:
             mx.random.seed(params.seed)  # safe: a seeded request runs alone
-        req.runtime["sampling"] = make_row_sampling(params, req.all_token_ids[:-1],
-                                                    self._xtc_special)
+        req.runtime["sampling"] = make_row_sampling(
+            params, req.all_token_ids[:-1], self._xtc_special
+        )
         if not resumed:
             self.outputs.add(req)
             self.metrics.prefix_cache_hit_tokens_total += req.num_cached_tokens
 
-    def _finish(self, reqs: list[Request], status: Optional[RequestStatus] = None) -> None:
+    def _finish(self, reqs: list[Request], status: RequestStatus | None = None) -> None:
         """Retire requests and free their rows in one batch filter; `status` None means by
         their finish reason."""
         for req in reqs:
-            self.scheduler.finish(req, status or (RequestStatus.FINISHED_STOPPED
-                                                  if req.finish_reason == "stop"
-                                                  else RequestStatus.FINISHED_LENGTH))
+            self.scheduler.finish(
+                req,
+                status
+                or (
+                    RequestStatus.FINISHED_STOPPED
+                    if req.finish_reason == "stop"
+                    else RequestStatus.FINISHED_LENGTH
+                ),
+            )
             self.outputs.drop(req)
             self._streams.pop(req.request_id, None)
         self.runner.remove(reqs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from typing import Sequence
+from collections.abc import Sequence
 
 import mlx.core as mx
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence, Union
 
 from mlx_paged.engine.config import EngineConfig
 from mlx_paged.engine.core import Engine
-from mlx_paged.models.loader import load_model
 from mlx_paged.engine.outputs import TokenLogprob
+from mlx_paged.models.loader import load_model
 from mlx_paged.sampling.sampling_params import SamplingParams
 
-Prompt = Union[str, Sequence[int]]
+Prompt = str | Sequence[int]
 
 
 @dataclass(slots=True)
@@ -23,7 +23,7 @@ class CompletionResult:
     prompt_token_ids: list[int]
     token_ids: list[int]
     text: str
-    finish_reason: Optional[str]
+    finish_reason: str | None
     logprobs: list[TokenLogprob] = field(default_factory=list)
 
 
@@ -43,18 +43,32 @@ class LLM:
         chat_template: replaces the tokenizer's chat template.
     """
 
-    def __init__(self, model: Optional[str] = None, *, kv_paged: bool = True,
-                 max_num_seqs: int = 32, max_num_prefill_seqs: int = 8,
-                 prefill_step_size: int = 2048, chat_template: Optional[str] = None,
-                 block_size: int = 16, num_blocks: Optional[int] = None,
-                 kv_budget_bytes: Optional[int] = None, enable_prefix_caching: bool = True,
-                 paged_attention: str = "auto"):
-        config = EngineConfig(kv_paged=kv_paged, max_num_seqs=max_num_seqs,
-                              max_num_prefill_seqs=max_num_prefill_seqs,
-                              prefill_step_size=prefill_step_size, block_size=block_size,
-                              num_blocks=num_blocks, kv_budget_bytes=kv_budget_bytes,
-                              enable_prefix_caching=enable_prefix_caching,
-                              paged_attention=paged_attention)
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        kv_paged: bool = True,
+        max_num_seqs: int = 32,
+        max_num_prefill_seqs: int = 8,
+        prefill_step_size: int = 2048,
+        chat_template: str | None = None,
+        block_size: int = 16,
+        num_blocks: int | None = None,
+        kv_budget_bytes: int | None = None,
+        enable_prefix_caching: bool = True,
+        paged_attention: str = "auto",
+    ):
+        config = EngineConfig(
+            kv_paged=kv_paged,
+            max_num_seqs=max_num_seqs,
+            max_num_prefill_seqs=max_num_prefill_seqs,
+            prefill_step_size=prefill_step_size,
+            block_size=block_size,
+            num_blocks=num_blocks,
+            kv_budget_bytes=kv_budget_bytes,
+            enable_prefix_caching=enable_prefix_caching,
+            paged_attention=paged_attention,
+        )
         self.model, self.tokenizer, self.model_id, model_config = load_model(model, chat_template)
         self.engine = Engine(self.model, self.tokenizer, config, model_config)
 
@@ -64,9 +78,11 @@ class LLM:
             return list(self.tokenizer.encode(prompt))
         return list(prompt)
 
-    def generate(self, prompts: Union[Prompt, Sequence[Prompt]],
-                 params: Union[SamplingParams, Sequence[SamplingParams], None] = None
-                 ) -> list[CompletionResult]:
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> list[CompletionResult]:
         """Generate for every prompt; returns one result per prompt, in order.
 
         Args:
@@ -85,8 +101,12 @@ class LLM:
             p = dataclasses.replace(p)  # one copy per request: check_request may shorten it
             self.engine.check_request(ids, p)
             streams.append(self.engine.add_request(ids, p))
-        results = {s.request_id: CompletionResult(s.request_id, list(s.request.prompt_token_ids),
-                                                  [], "", None) for s in streams}
+        results = {
+            s.request_id: CompletionResult(
+                s.request_id, list(s.request.prompt_token_ids), [], "", None
+            )
+            for s in streams
+        }
         pending = {s.request_id for s in streams}
         while pending:
             self.engine.drain_inbox()

@@ -4,7 +4,6 @@ detokenization, stop strings and log-probabilities. Runs on the engine thread.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import mlx.core as mx
 
@@ -34,7 +33,8 @@ class OutputProcessor:
         if not params.ignore_eos:
             stop_ids |= self.eos_token_ids
         self._state[request.request_id] = _RequestText(
-            self.tokenizer.detokenizer, StopStringMatcher(params.stop), frozenset(stop_ids))
+            self.tokenizer.detokenizer, StopStringMatcher(params.stop), frozenset(stop_ids)
+        )
 
     def drop(self, request: Request) -> None:
         self._state.pop(request.request_id, None)
@@ -47,10 +47,13 @@ class OutputProcessor:
         """
         state = self._state[request.request_id]
         params = request.sampling_params
-        out = RequestOutput(request.request_id, num_prompt_tokens=request.num_prompt_tokens,
-                            num_cached_tokens=request.num_cached_tokens)
+        out = RequestOutput(
+            request.request_id,
+            num_prompt_tokens=request.num_prompt_tokens,
+            num_cached_tokens=request.num_cached_tokens,
+        )
         request.runtime["num_sampled"] = num_sampled = request.runtime.get("num_sampled", 0) + 1
-        finish: Optional[str] = "length" if num_sampled >= params.max_tokens else None
+        finish: str | None = "length" if num_sampled >= params.max_tokens else None
         if token in state.stop_token_ids:
             finish = "stop"
         else:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 
 @dataclass(slots=True)
@@ -28,11 +27,11 @@ class RequestOutput:
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
-    finish_reason: Optional[str] = None
+    finish_reason: str | None = None
     num_prompt_tokens: int = 0
     num_generated_tokens: int = 0
     num_cached_tokens: int = 0
-    error: Optional[str] = None
+    error: str | None = None
 
     @property
     def finished(self) -> bool:

@@ -6,7 +6,7 @@ import enum
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from mlx_paged.sampling.sampling_params import SamplingParams
 
@@ -42,7 +42,7 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0
     output_token_ids: list[int] = field(default_factory=list)
-    finish_reason: Optional[str] = None
+    finish_reason: str | None = None
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
     # Per-request objects built once at admission (sampler, logits processors, detokenizer state).

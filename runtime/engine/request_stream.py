@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import queue
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 from mlx_paged.engine.outputs import RequestOutput
 from mlx_paged.engine.request import Request
@@ -15,16 +15,16 @@ if TYPE_CHECKING:
 class RequestStream:
     """Iterate (or `get`) to receive `RequestOutput` increments; the last one is `finished`."""
 
-    def __init__(self, engine: "Engine", request: Request):
+    def __init__(self, engine: Engine, request: Request):
         self.engine = engine
         self.request = request
-        self.queue: "queue.Queue[RequestOutput]" = queue.Queue()
+        self.queue: queue.Queue[RequestOutput] = queue.Queue()
 
     @property
     def request_id(self) -> str:
         return self.request.request_id
 
-    def get(self, timeout: Optional[float] = None) -> RequestOutput:
+    def get(self, timeout: float | None = None) -> RequestOutput:
         return self.queue.get(timeout=timeout)
 
     def __iter__(self):

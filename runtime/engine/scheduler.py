@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Optional, Protocol
+from typing import Protocol
 
 from mlx_paged.engine.request import Request, RequestStatus
 
@@ -66,10 +66,18 @@ class Scheduler:
             admits anything).
     """
 
-    def __init__(self, *, max_num_seqs: int = 32, max_num_prefill_seqs: int = 8,
-                 prefill_step_size: int = 2048, kv: Optional[KVSpace] = None):
+    def __init__(
+        self,
+        *,
+        max_num_seqs: int = 32,
+        max_num_prefill_seqs: int = 8,
+        prefill_step_size: int = 2048,
+        kv: KVSpace | None = None,
+    ):
         if min(max_num_seqs, max_num_prefill_seqs, prefill_step_size) < 1:
-            raise ValueError("max_num_seqs, max_num_prefill_seqs and prefill_step_size must be >= 1")
+            raise ValueError(
+                "max_num_seqs, max_num_prefill_seqs and prefill_step_size must be >= 1"
+            )
         # BatchGenerator never lets the decode batch be smaller than the prefill batch.
         self.max_num_seqs = max(max_num_seqs, max_num_prefill_seqs)
         self.max_num_prefill_seqs = max_num_prefill_seqs
@@ -95,8 +103,9 @@ class Scheduler:
 
     def _admit(self) -> list[Request]:
         joining: list[Request] = []
-        room = min(self.max_num_prefill_seqs - len(self.prefilling),
-                   self.max_num_seqs - len(self.running))
+        room = min(
+            self.max_num_prefill_seqs - len(self.prefilling), self.max_num_seqs - len(self.running)
+        )
         if self._solo_active():
             return joining
         while room > 0 and self.waiting:

@@ -4,7 +4,6 @@ says when steps keep failing."""
 from __future__ import annotations
 
 import logging
-from typing import Optional
 
 from mlx_paged.engine.fault_isolation import reset_sampling_state
 from mlx_paged.engine.request import Request
@@ -22,13 +21,15 @@ class StepRecovery:
     `is_alive`); its `step` calls `_recover` when a step raised."""
 
     failed_steps_in_a_row: int = 0
-    last_step_error: Optional[str] = None
+    last_step_error: str | None = None
 
     def health(self) -> tuple[bool, str]:
         """(healthy, why): its steps are not failing one after another and the thread runs."""
         if self.failed_steps_in_a_row >= BROKEN_AFTER_FAILED_STEPS:
-            return False, (f"engine broken: the last {self.failed_steps_in_a_row} steps failed "
-                           f"({self.last_step_error})")
+            return False, (
+                f"engine broken: the last {self.failed_steps_in_a_row} steps failed "
+                f"({self.last_step_error})"
+            )
         if not self.is_alive:
             return False, f"engine stopped: {self.error}" if self.error else "engine stopped"
         return True, "ok"
@@ -40,8 +41,12 @@ class StepRecovery:
         steps."""
         self.failed_steps_in_a_row += 1
         self.last_step_error = f"{type(exc).__name__}: {exc}"
-        logger.error("engine step failed (%d in a row): %s", self.failed_steps_in_a_row,
-                     self.last_step_error, exc_info=self.failed_steps_in_a_row == 1)
+        logger.error(
+            "engine step failed (%d in a row): %s",
+            self.failed_steps_in_a_row,
+            self.last_step_error,
+            exc_info=self.failed_steps_in_a_row == 1,
+        )
         reset_sampling_state()
         in_flight = self.scheduler.running + self.scheduler.prefilling
         culprits = self._failing_sampling(in_flight)

@@ -8,14 +8,12 @@ the hook replaces that name in every loaded `mlx_lm.models.*` module. Calls whos
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import mlx.core as mx
 import mlx_lm.models.base as base
 
 from mlx_paged.kernels.paged_attention import paged_attention_decode
 from mlx_paged.kernels.paged_attention_reference import paged_attention_reference
-
 from mlx_paged.kv.paged_cache import PagedLayerCache, PagedMask
 
 _original = base.scaled_dot_product_attention
@@ -24,16 +22,40 @@ _original = base.scaled_dot_product_attention
 # cache returns (mlx-lm 0.32), refused before the probe (`kv_layout.py`) runs them: the probe
 # finds the same for the ones it can run, and its verdict covers families not listed here.
 UNSUPPORTED_MODEL_TYPES = {
-    "plamo2", "deepseek_v41", "gemma2", "olmo", "gear", "phi3small", "deepseek_v3", "kimi_k25",
-    "kimi_vl", "deepseek_v32", "glm_moe_dsa", "glm4_moe_lite", "kimi_k3", "kimi_linear",
-    "longcat_flash", "longcat_flash_ngram", "mistral4", "bailing_hybrid",
-    "bailing_moe_v3", "minimax_m3_vl", "gemma3n", "afm7", "iquestloopcoder", "baichuan_m1",
-    "mamba", "mamba2", "rwkv7", "llama4",
+    "plamo2",
+    "deepseek_v41",
+    "gemma2",
+    "olmo",
+    "gear",
+    "phi3small",
+    "deepseek_v3",
+    "kimi_k25",
+    "kimi_vl",
+    "deepseek_v32",
+    "glm_moe_dsa",
+    "glm4_moe_lite",
+    "kimi_k3",
+    "kimi_linear",
+    "longcat_flash",
+    "longcat_flash_ngram",
+    "mistral4",
+    "bailing_hybrid",
+    "bailing_moe_v3",
+    "minimax_m3_vl",
+    "gemma3n",
+    "afm7",
+    "iquestloopcoder",
+    "baichuan_m1",
+    "mamba",
+    "mamba2",
+    "rwkv7",
+    "llama4",
 }
 
 
-def paged_scaled_dot_product_attention(queries, keys, values, cache, scale: float,
-                                       mask, sinks: Optional[mx.array] = None) -> mx.array:
+def paged_scaled_dot_product_attention(
+    queries, keys, values, cache, scale: float, mask, sinks: mx.array | None = None
+) -> mx.array:
     """Drop-in for mlx-lm's `scaled_dot_product_attention` that understands paged caches.
 
     Decode steps (one query per row) run the generated kernel when the pool has a kernel
@@ -48,12 +70,27 @@ def paged_scaled_dot_product_attention(queries, keys, values, cache, scale: floa
         if phase == "decode" and pool.decode_backend is not None and sinks is None:
             pool.attention_calls["kernel", phase] += 1
             return paged_attention_decode(
-                queries, cache.k_pages, cache.v_pages, meta.block_tables, meta.context_lens,
-                scale=scale, window=window, backend=pool.decode_backend)
+                queries,
+                cache.k_pages,
+                cache.v_pages,
+                meta.block_tables,
+                meta.context_lens,
+                scale=scale,
+                window=window,
+                backend=pool.decode_backend,
+            )
         pool.attention_calls["reference", phase] += 1
         return paged_attention_reference(
-            queries, cache.k_pages, cache.v_pages, meta.block_tables, meta.context_lens,
-            meta.query_positions, scale=scale, window=window, sinks=sinks)
+            queries,
+            cache.k_pages,
+            cache.v_pages,
+            meta.block_tables,
+            meta.context_lens,
+            meta.query_positions,
+            scale=scale,
+            window=window,
+            sinks=sinks,
+        )
     if hasattr(cache, "observe_attention"):  # the layout probe at load
         cache.observe_attention(queries, keys, values, mask)
     return _original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
@@ -63,8 +100,11 @@ def install_attention_hook() -> int:
     """Patch every loaded mlx-lm model module (call after `load`); returns how many."""
     patched = 0
     for name, module in list(sys.modules.items()):
-        if name.startswith("mlx_lm.models.") and module is not None and getattr(
-                module, "scaled_dot_product_attention", None) is _original:
+        if (
+            name.startswith("mlx_lm.models.")
+            and module is not None
+            and getattr(module, "scaled_dot_product_attention", None) is _original
+        ):
             module.scaled_dot_product_attention = paged_scaled_dot_product_attention
             patched += 1
     return patched
@@ -76,4 +116,5 @@ def check_model_supported(model_type: str) -> None:
         raise ValueError(
             f"model type {model_type!r} does not run its attention through mlx-lm's "
             f"scaled_dot_product_attention, so the paged KV path cannot serve it; "
-            f"use --kv-paged off")
+            f"use --kv-paged off"
+        )

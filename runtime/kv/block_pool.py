@@ -3,7 +3,7 @@ hash -> block map of automatic prefix caching with lazy LRU eviction."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from mlx_paged.kv.kv_cache_utils import BlockHash, FreeKVCacheBlockQueue, KVCacheBlock
 
@@ -36,7 +36,7 @@ class BlockPool:
     def num_usable_blocks(self) -> int:
         return self.num_blocks - 1
 
-    def get_cached_block(self, block_hash: BlockHash) -> Optional[KVCacheBlock]:
+    def get_cached_block(self, block_hash: BlockHash) -> KVCacheBlock | None:
         if not self.enable_caching:
             return None
         return self.cached_block_hash_to_block.get(block_hash)

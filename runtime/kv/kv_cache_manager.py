@@ -6,7 +6,8 @@ The scheduler talks to this class only: `get_computed_blocks` (prefix-cache look
 
 from __future__ import annotations
 
-from typing import Optional, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from mlx_paged.kv.block_pool import BlockPool
 from mlx_paged.kv.kv_cache_utils import BlockHash, KVCacheBlock, hash_request_blocks
@@ -48,8 +49,9 @@ class KVCacheManager:
         hashes = self.req_to_block_hashes.setdefault(request.request_id, [])
         tokens = request.all_token_ids
         if len(tokens) // self.block_size > len(hashes):
-            hashes += hash_request_blocks(tokens, self.block_size, start=len(hashes),
-                                          parent=hashes[-1] if hashes else None)
+            hashes += hash_request_blocks(
+                tokens, self.block_size, start=len(hashes), parent=hashes[-1] if hashes else None
+            )
         return hashes
 
     def get_computed_blocks(self, request: PagedRequest) -> tuple[list[KVCacheBlock], int]:
@@ -71,25 +73,39 @@ class KVCacheManager:
             hits.append(block)
         return hits, len(hits) * self.block_size
 
-    def num_blocks_needed(self, request: PagedRequest, num_new_tokens: int,
-                          new_computed_blocks: Sequence[KVCacheBlock] = ()) -> int:
+    def num_blocks_needed(
+        self,
+        request: PagedRequest,
+        num_new_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock] = (),
+    ) -> int:
         """New blocks `allocate_slots` would take from the free queue for this request."""
         held = len(self.req_to_blocks.get(request.request_id, ())) + len(new_computed_blocks)
-        num_tokens = (request.num_computed_tokens + len(new_computed_blocks) * self.block_size
-                      + num_new_tokens)
+        num_tokens = (
+            request.num_computed_tokens
+            + len(new_computed_blocks) * self.block_size
+            + num_new_tokens
+        )
         # Reviving a free cached block takes it off the free queue too.
         revived = sum(1 for b in new_computed_blocks if b.ref_cnt == 0)
         return max(cdiv(num_tokens, self.block_size) - held, 0) + revived
 
-    def can_allocate(self, request: PagedRequest, num_new_tokens: int,
-                     new_computed_blocks: Sequence[KVCacheBlock] = (),
-                     num_reserved_blocks: int = 0) -> bool:
+    def can_allocate(
+        self,
+        request: PagedRequest,
+        num_new_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock] = (),
+        num_reserved_blocks: int = 0,
+    ) -> bool:
         needed = self.num_blocks_needed(request, num_new_tokens, new_computed_blocks)
         return needed + num_reserved_blocks <= self.block_pool.num_free_blocks
 
-    def allocate_slots(self, request: PagedRequest, num_new_tokens: int,
-                       new_computed_blocks: Sequence[KVCacheBlock] = ()
-                       ) -> Optional[list[KVCacheBlock]]:
+    def allocate_slots(
+        self,
+        request: PagedRequest,
+        num_new_tokens: int,
+        new_computed_blocks: Sequence[KVCacheBlock] = (),
+    ) -> list[KVCacheBlock] | None:
         """Give the request room for `num_new_tokens` more tokens after its computed ones.
 
         Args:
@@ -109,10 +125,14 @@ class KVCacheManager:
             self.block_pool.touch(new_computed_blocks)
             blocks.extend(new_computed_blocks)
             self.num_cached_block[request.request_id] = len(blocks)
-        num_tokens = (request.num_computed_tokens + len(new_computed_blocks) * self.block_size
-                      + num_new_tokens)
+        num_tokens = (
+            request.num_computed_tokens
+            + len(new_computed_blocks) * self.block_size
+            + num_new_tokens
+        )
         new_blocks = self.block_pool.get_new_blocks(
-            max(cdiv(num_tokens, self.block_size) - len(blocks), 0))
+            max(cdiv(num_tokens, self.block_size) - len(blocks), 0)
+        )
         blocks.extend(new_blocks)
         return new_blocks
 

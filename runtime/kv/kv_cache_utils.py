@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, NewType, Optional, Sequence
+from typing import NewType
 
 BlockHash = NewType("BlockHash", bytes)
 
@@ -14,8 +15,9 @@ BlockHash = NewType("BlockHash", bytes)
 ROOT_HASH = BlockHash(hashlib.sha256(b"mlx-paged/root").digest())
 
 
-def hash_block_tokens(parent: Optional[BlockHash], token_ids: Sequence[int],
-                      extra_keys: tuple = ()) -> BlockHash:
+def hash_block_tokens(
+    parent: BlockHash | None, token_ids: Sequence[int], extra_keys: tuple = ()
+) -> BlockHash:
     """Hash one full block, chained through its parent's hash.
 
     Args:
@@ -30,14 +32,19 @@ def hash_block_tokens(parent: Optional[BlockHash], token_ids: Sequence[int],
     return BlockHash(h.digest())
 
 
-def hash_request_blocks(token_ids: Sequence[int], block_size: int, start: int = 0,
-                        parent: Optional[BlockHash] = None,
-                        extra_keys: tuple = ()) -> list[BlockHash]:
+def hash_request_blocks(
+    token_ids: Sequence[int],
+    block_size: int,
+    start: int = 0,
+    parent: BlockHash | None = None,
+    extra_keys: tuple = (),
+) -> list[BlockHash]:
     """Hashes of the full blocks of `token_ids` from block index `start` on."""
     hashes = []
     for i in range(start, len(token_ids) // block_size):
-        parent = hash_block_tokens(parent, token_ids[i * block_size:(i + 1) * block_size],
-                                   extra_keys)
+        parent = hash_block_tokens(
+            parent, token_ids[i * block_size : (i + 1) * block_size], extra_keys
+        )
         hashes.append(parent)
     return hashes
 
@@ -48,9 +55,9 @@ class KVCacheBlock:
 
     block_id: int
     ref_cnt: int = 0
-    block_hash: Optional[BlockHash] = None
-    prev_free_block: Optional["KVCacheBlock"] = None
-    next_free_block: Optional["KVCacheBlock"] = None
+    block_hash: BlockHash | None = None
+    prev_free_block: KVCacheBlock | None = None
+    next_free_block: KVCacheBlock | None = None
     is_null: bool = False
 
     def __repr__(self) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Optional
 
 import mlx.core as mx
 
@@ -42,13 +41,20 @@ class PagedKVPool:
     """Every layer's K and V pages. It holds the only references to them, so the scatter that
     writes new tokens can reuse (donate) the buffers instead of copying the pool."""
 
-    def __init__(self, num_layers: int, num_blocks: int, block_size: int, num_kv_heads: int,
-                 head_dim: int, dtype=mx.float32):
+    def __init__(
+        self,
+        num_layers: int,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype=mx.float32,
+    ):
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
         self.num_blocks, self.block_size = num_blocks, block_size
         self.page_shape, self.dtype = shape, dtype
         # Set by the paged setup: "metal"/"cuda" when decode runs the generated kernel.
-        self.decode_backend: Optional[str] = None
+        self.decode_backend: str | None = None
         # (path, phase) -> attention calls, one per layer per forward; shown in /metrics.
         self.attention_calls: Counter = Counter()
         self.k_pages = [mx.zeros(shape, dtype=dtype) for _ in range(num_layers)]
@@ -77,7 +83,9 @@ class PagedKVPool:
             num_blocks, block_size, heads, dim = pages[layer].shape
             flat = pages[layer].reshape(num_blocks * block_size, heads, dim)
             pages[layer] = None  # drop our reference before the scatter: it may reuse the buffer
-            flat[slot_mapping] = new.transpose(0, 2, 1, 3).reshape(-1, heads, dim).astype(flat.dtype)
+            flat[slot_mapping] = (
+                new.transpose(0, 2, 1, 3).reshape(-1, heads, dim).astype(flat.dtype)
+            )
             pages[layer] = flat.reshape(num_blocks, block_size, heads, dim)
 
 
@@ -85,7 +93,7 @@ class PagedKVPool:
 class PagedMask:
     """What `make_mask` hands the model; the attention hook turns it into a real mask."""
 
-    window: Optional[int] = None
+    window: int | None = None
 
 
 class PagedLayerCache:
@@ -105,10 +113,12 @@ class PagedLayerCache:
         self.pool.write(self.layer, keys, values, self.metadata.slot_mapping)
         return keys, values
 
-    def make_mask(self, N: int, return_array: bool = False, window_size: Optional[int] = None):
+    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None):
         if return_array:
-            raise ValueError("this model asks its cache for a dense mask array; paged caches "
-                             "build masks inside attention, so serve it with --kv-paged off")
+            raise ValueError(
+                "this model asks its cache for a dense mask array; paged caches "
+                "build masks inside attention, so serve it with --kv-paged off"
+            )
         return PagedMask(window_size)
 
     @property

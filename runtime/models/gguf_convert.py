@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import numpy as np
 
@@ -68,7 +68,9 @@ def _pack_uint32(values: np.ndarray, bits: int) -> np.ndarray:
     return np.bitwise_or.reduce(v << shifts, axis=-1)
 
 
-def requantize(raw: np.ndarray, qtype: str, cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+def requantize(
+    raw: np.ndarray, qtype: str, cols: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Re-pack GGUF Q4_0/Q4_1/Q8_0 rows as MLX affine (weight, scales, biases, bits).
 
     Each GGUF block of 32 values becomes one MLX group: w = scale * q + bias, exactly.
@@ -177,7 +179,7 @@ def convert_gguf(
     out_dir: str | Path,
     *,
     unpermute_qk: bool = True,
-    progress: Optional[Progress] = None,
+    progress: Progress | None = None,
 ) -> Path:
     """Convert `gguf_path` into an mlx-lm folder at `out_dir` (written atomically).
 
@@ -225,8 +227,11 @@ def convert_gguf(
             say(f"converted {i}/{total} tensors")
 
     # mlx-lm wants one default entry plus per-layer overrides for other bit widths.
-    default_bits = max(set(q["bits"] for q in quantization.values()), key=lambda b: sum(
-        q["bits"] == b for q in quantization.values()), default=None)
+    default_bits = max(
+        set(q["bits"] for q in quantization.values()),
+        key=lambda b: sum(q["bits"] == b for q in quantization.values()),
+        default=None,
+    )
     quant_cfg: dict = {}
     if default_bits is not None:
         quant_cfg = {"group_size": GROUP_SIZE, "bits": default_bits}

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Optional
 
 from mlx_paged.models.default_model import DEFAULT_MODEL_NAME, default_model_path
 
 logger = logging.getLogger(__name__)
 
 
-def resolve_model(model: Optional[str]) -> tuple[str, str]:
+def resolve_model(model: str | None) -> tuple[str, str]:
     """Return (path or hub name to load, the id the API reports) for a `--model` value.
 
     `None` or the default's name means the embedded SmolLM2, prepared on first use.
@@ -26,7 +25,7 @@ def resolve_model(model: Optional[str]) -> tuple[str, str]:
     return model, model
 
 
-def load_model(model: Optional[str], chat_template: Optional[str] = None):
+def load_model(model: str | None, chat_template: str | None = None):
     """Load (model, tokenizer, model_id, config) through `mlx_lm.load`.
 
     Args:

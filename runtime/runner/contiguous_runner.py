@@ -14,9 +14,9 @@ import copy
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
 from mlx_paged.engine.request import Request
 from mlx_paged.engine.scheduler import PromptSchedule
+from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
 
 
 def _merge(per_request_caches: list[list]) -> list:
@@ -66,7 +66,8 @@ class ContiguousRunner(LookaheadDecoder, ModelRunner):
 
     def decode(self, rows: list[Request]) -> list[RowOutput]:
         return self.lookahead_step(
-            rows, lambda inputs: self.model(inputs[:, None], cache=self.decode_cache)[:, -1, :])
+            rows, lambda inputs: self.model(inputs[:, None], cache=self.decode_cache)[:, -1, :]
+        )
 
     def run_prompts(self, plan: PromptSchedule) -> None:
         if plan.joining:
@@ -97,8 +98,9 @@ class ContiguousRunner(LookaheadDecoder, ModelRunner):
     def _prefill(self, prefill: list[tuple[Request, int]]) -> None:
         if [r.request_id for r, _ in prefill] != [r.request_id for r in self.prompt_rows]:
             raise RuntimeError("prefill rows differ from the runner's prompt batch order")
-        chunks = [r.all_token_ids[r.num_computed_tokens - n : r.num_computed_tokens]
-                  for r, n in prefill]
+        chunks = [
+            r.all_token_ids[r.num_computed_tokens - n : r.num_computed_tokens] for r, n in prefill
+        ]
         lengths = [len(c) for c in chunks]
         max_length = max(lengths)
         padding = [max_length - n for n in lengths]

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Optional
 
 import mlx.core as mx
 
 from mlx_paged.engine.request import Request
-from mlx_paged.sampling.sampler import sample
 from mlx_paged.engine.scheduler import PromptSchedule
+from mlx_paged.sampling.sampler import sample
 
 
 @dataclass(slots=True)
@@ -89,7 +88,7 @@ class LookaheadDecoder:
         self.next_logprobs.extend(list(logprobs))
         self.decode_rows.extend(rows)
 
-    def drop_decode_rows(self, requests: list[Request]) -> Optional[list[int]]:
+    def drop_decode_rows(self, requests: list[Request]) -> list[int] | None:
         """Remove `requests` from the decode batch; the kept indices, or None if none left."""
         gone = {id(r) for r in requests}
         keep = [i for i, r in enumerate(self.decode_rows) if id(r) not in gone]

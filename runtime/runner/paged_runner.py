@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from mlx_paged.kernels.kernel_inputs import input_array
-
-from mlx_paged.kv.kv_cache_manager import KVCacheManager
-from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
-from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedKVPool, PagedLayerCache
 from mlx_paged.engine.request import Request
 from mlx_paged.engine.scheduler import PromptSchedule
+from mlx_paged.kernels.kernel_inputs import input_array
+from mlx_paged.kv.kv_cache_manager import KVCacheManager
+from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedKVPool, PagedLayerCache
+from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
 
 
 class PagedRunner(LookaheadDecoder, ModelRunner):
@@ -39,8 +38,9 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         pool = self.kv.block_pool
         return (pool.num_usable_blocks - pool.num_free_blocks) * self.pool.nbytes // pool.num_blocks
 
-    def _metadata(self, rows: list[Request], starts: list[int], counts: list[int]
-                  ) -> PagedAttentionMetadata:
+    def _metadata(
+        self, rows: list[Request], starts: list[int], counts: list[int]
+    ) -> PagedAttentionMetadata:
         """Rows writing `counts[b]` tokens from position `starts[b]`, padded to the longest."""
         bs = self.pool.block_size
         tables = [self.kv.get_block_ids(r) for r in rows]
@@ -55,7 +55,8 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             context_lens=input_array([s + n for s, n in zip(starts, counts)]),
             offsets=input_array(starts),
             slot_mapping=input_array(slots),
-            num_query_tokens=width)
+            num_query_tokens=width,
+        )
 
     def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:
         caches = [PagedLayerCache(self.pool, i, meta) for i in range(self.num_layers)]
@@ -65,8 +66,10 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         # The scheduler already counted the fed token: it sits at num_computed_tokens - 1.
         meta = self._metadata(rows, [r.num_computed_tokens - 1 for r in rows], [1] * len(rows))
         return self.lookahead_step(
-            rows, lambda inputs: self._forward(inputs[:, None], meta)[:, -1, :],
-            extra_outputs=(self.pool.k_pages, self.pool.v_pages))
+            rows,
+            lambda inputs: self._forward(inputs[:, None], meta)[:, -1, :],
+            extra_outputs=(self.pool.k_pages, self.pool.v_pages),
+        )
 
     def run_prompts(self, plan: PromptSchedule) -> None:
         self.prompt_rows.extend(plan.joining)
@@ -89,8 +92,12 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         counts = [n for _, n in prefill]
         starts = [r.num_computed_tokens - n for r, n in prefill]
         width = max(counts)
-        tokens = mx.array([r.all_token_ids[s:s + n] + [0] * (width - n)
-                           for r, s, n in zip(rows, starts, counts)])
+        tokens = mx.array(
+            [
+                r.all_token_ids[s : s + n] + [0] * (width - n)
+                for r, s, n in zip(rows, starts, counts)
+            ]
+        )
         self._forward(tokens, self._metadata(rows, starts, counts))
         mx.eval(self.pool.k_pages, self.pool.v_pages)
         for r in rows:

@@ -8,8 +8,8 @@ common case: identical settings share one cached sampler), else one call per row
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 import mlx.core as mx
 from mlx_lm.models.cache import TokenBuffer
@@ -22,11 +22,24 @@ LogitsProcessor = Callable[[mx.array, mx.array], mx.array]
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_sampler(temp: float, top_p: float, min_p: float, top_k: int, xtc_probability: float,
-                    xtc_threshold: float, xtc_special_tokens: tuple[int, ...]) -> Sampler:
-    return make_sampler(temp=temp, top_p=top_p, min_p=min_p, top_k=top_k,
-                        xtc_probability=xtc_probability, xtc_threshold=xtc_threshold,
-                        xtc_special_tokens=list(xtc_special_tokens))
+def _cached_sampler(
+    temp: float,
+    top_p: float,
+    min_p: float,
+    top_k: int,
+    xtc_probability: float,
+    xtc_threshold: float,
+    xtc_special_tokens: tuple[int, ...],
+) -> Sampler:
+    return make_sampler(
+        temp=temp,
+        top_p=top_p,
+        min_p=min_p,
+        top_k=top_k,
+        xtc_probability=xtc_probability,
+        xtc_threshold=xtc_threshold,
+        xtc_special_tokens=list(xtc_special_tokens),
+    )
 
 
 @dataclass(slots=True)
@@ -35,11 +48,12 @@ class RowSampling:
 
     sampler: Sampler
     processors: tuple[LogitsProcessor, ...]
-    context: Optional[TokenBuffer]  # only rows with processors keep their token history
+    context: TokenBuffer | None  # only rows with processors keep their token history
 
 
-def make_row_sampling(params: SamplingParams, prompt: Sequence[int],
-                      xtc_special_tokens: Sequence[int] = ()) -> RowSampling:
+def make_row_sampling(
+    params: SamplingParams, prompt: Sequence[int], xtc_special_tokens: Sequence[int] = ()
+) -> RowSampling:
     """Build the sampler and logits processors for one request.
 
     Args:
@@ -47,18 +61,26 @@ def make_row_sampling(params: SamplingParams, prompt: Sequence[int],
         prompt: the prompt tokens already in the cache (the processors' initial context).
         xtc_special_tokens: tokens XTC never removes (EOS, newline), as mlx_lm.server does.
     """
-    sampler = _cached_sampler(float(params.temperature), float(params.top_p), float(params.min_p),
-                              int(params.top_k), float(params.xtc_probability),
-                              float(params.xtc_threshold), tuple(xtc_special_tokens))
-    processors = tuple(make_logits_processors(
-        logit_bias=params.logit_bias,
-        repetition_penalty=params.repetition_penalty,
-        repetition_context_size=params.repetition_context_size,
-        presence_penalty=params.presence_penalty,
-        presence_context_size=params.presence_context_size,
-        frequency_penalty=params.frequency_penalty,
-        frequency_context_size=params.frequency_context_size,
-    ))
+    sampler = _cached_sampler(
+        float(params.temperature),
+        float(params.top_p),
+        float(params.min_p),
+        int(params.top_k),
+        float(params.xtc_probability),
+        float(params.xtc_threshold),
+        tuple(xtc_special_tokens),
+    )
+    processors = tuple(
+        make_logits_processors(
+            logit_bias=params.logit_bias,
+            repetition_penalty=params.repetition_penalty,
+            repetition_context_size=params.repetition_context_size,
+            presence_penalty=params.presence_penalty,
+            presence_context_size=params.presence_context_size,
+            frequency_penalty=params.frequency_penalty,
+            frequency_context_size=params.frequency_context_size,
+        )
+    )
     return RowSampling(sampler, processors, TokenBuffer(list(prompt)) if processors else None)
 
 

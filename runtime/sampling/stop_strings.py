@@ -3,7 +3,7 @@ across several tokens, and nothing that might be the start of one is emitted ear
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def partial_suffix_len(text: str, patterns: Sequence[str]) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import select
 import socket
-from typing import Callable, Optional
+from collections.abc import Callable
 
 KEEPALIVE_COMMENT = b": keep-alive\n\n"
 INTERIM_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -28,8 +28,12 @@ class ClientWatch:
             (each costs the client nothing, but there is no reason to send many).
     """
 
-    def __init__(self, sock: socket.socket, write_probe: Optional[Callable[[], None]],
-                 max_probes: Optional[int] = None):
+    def __init__(
+        self,
+        sock: socket.socket,
+        write_probe: Callable[[], None] | None,
+        max_probes: int | None = None,
+    ):
         self.sock = sock
         self.write_probe = write_probe
         self.max_probes = max_probes

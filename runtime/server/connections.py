@@ -13,7 +13,6 @@ import logging
 import socket
 import threading
 import time
-from typing import Optional
 
 logger = logging.getLogger("mlx_paged.server")
 
@@ -31,7 +30,7 @@ class ConnectionGuard:
         self.max_connections = max_connections
         self.request_timeout = request_timeout
         self._lock = threading.Lock()
-        self._deadlines: dict[socket.socket, Optional[float]] = {}  # None: busy
+        self._deadlines: dict[socket.socket, float | None] = {}  # None: busy
         self._timed_out: set[socket.socket] = set()
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="mlx-paged-reaper", daemon=True)

@@ -11,13 +11,17 @@ from mlx_paged.server.protocol import ParsedRequest, parse_chat, parse_completio
 from mlx_paged.server.responses import SSE_DONE, ResponseBuilder, sse_event, usage
 from mlx_paged.server.tool_calls import ToolCallExtractor
 
-PARSERS = {"/v1/chat/completions": parse_chat, "/chat/completions": parse_chat,
-           "/v1/completions": parse_completion}
+PARSERS = {
+    "/v1/chat/completions": parse_chat,
+    "/chat/completions": parse_chat,
+    "/v1/completions": parse_completion,
+}
 
 
 def _sse_error(message: str) -> bytes:
-    return sse_event({"error": {"message": message, "type": "server_error", "param": None,
-                                "code": None}})
+    return sse_event(
+        {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
+    )
 
 
 class GenerationMixin:
@@ -31,8 +35,11 @@ class GenerationMixin:
         req: ParsedRequest = PARSERS[path](body, state.engine.tokenizer, state.defaults)
         if req.model is not None and req.model not in state.model_aliases:
             raise InvalidRequestError(
-                f"model {req.model!r} is not served here; this server serves "
-                f"{state.model_id!r}", param="model", status=404, code="model_not_found")
+                f"model {req.model!r} is not served here; this server serves {state.model_id!r}",
+                param="model",
+                status=404,
+                code="model_not_found",
+            )
         state.engine.check_request(req.prompt_token_ids, req.params, req.max_tokens_explicit)
         if not state.engine.is_alive:
             raise InvalidRequestError("the engine is not running", status=503)
@@ -41,8 +48,9 @@ class GenerationMixin:
         tokenizer = state.engine.tokenizer
         tools = None
         if req.tools and tokenizer.has_tool_calling:
-            tools = ToolCallExtractor(tokenizer.tool_call_start, tokenizer.tool_call_end,
-                                      tokenizer.tool_parser, req.tools)
+            tools = ToolCallExtractor(
+                tokenizer.tool_call_start, tokenizer.tool_call_end, tokenizer.tool_parser, req.tools
+            )
         if req.stream:
             self._stream_response(req, stream, builder, tools)
         else:
@@ -74,8 +82,11 @@ class GenerationMixin:
 
     def _full_response(self, req, stream, builder, tools) -> None:
         # An interim 100 is the one thing HTTP/1.1 lets us write before the reply.
-        probe = (lambda: self._write_now(INTERIM_CONTINUE)) \
-            if self.request_version == "HTTP/1.1" else None
+        probe = (
+            (lambda: self._write_now(INTERIM_CONTINUE))
+            if self.request_version == "HTTP/1.1"
+            else None
+        )
         watch = ClientWatch(self.connection, probe, max_probes=2)
         text, calls, logprobs, last = [], [], [], None
         for out in self._outputs(stream, watch):
@@ -88,17 +99,27 @@ class GenerationMixin:
             self.close_connection = True
             return  # the client left; nobody to answer
         if last.error or last.finish_reason == "abort":
-            raise InvalidRequestError(last.error or "the request was cancelled",
-                                      status=503 if self.state.shutting_down else 500)
+            raise InvalidRequestError(
+                last.error or "the request was cancelled",
+                status=503 if self.state.shutting_down else 500,
+            )
         if tools:
             piece, new_calls = tools.flush()
             text.append(piece)
             calls += new_calls
-        self._send_json(200, builder.full(
-            text="".join(text), tool_calls=calls, logprobs=logprobs,
-            want_logprobs=req.logprobs, finish_reason=self._final_reason(last, tools),
-            usage_body=usage(last.num_prompt_tokens, last.num_generated_tokens,
-                             last.num_cached_tokens)))
+        self._send_json(
+            200,
+            builder.full(
+                text="".join(text),
+                tool_calls=calls,
+                logprobs=logprobs,
+                want_logprobs=req.logprobs,
+                finish_reason=self._final_reason(last, tools),
+                usage_body=usage(
+                    last.num_prompt_tokens, last.num_generated_tokens, last.num_cached_tokens
+                ),
+            ),
+        )
 
     def _stream_response(self, req, stream, builder, tools) -> None:
         self.send_response(200)
@@ -133,13 +154,30 @@ class GenerationMixin:
             rest, more = tools.flush()
             piece, calls = piece + rest, calls + more
         if piece or calls or (out.logprobs and req.logprobs):
-            self.wfile.write(sse_event(builder.chunk(
-                text=piece, tool_calls=calls, logprobs=out.logprobs, want_logprobs=req.logprobs)))
+            self.wfile.write(
+                sse_event(
+                    builder.chunk(
+                        text=piece,
+                        tool_calls=calls,
+                        logprobs=out.logprobs,
+                        want_logprobs=req.logprobs,
+                    )
+                )
+            )
         if out.finished:
             self.wfile.write(sse_event(builder.chunk(finish_reason=self._final_reason(out, tools))))
             if req.include_usage:
-                self.wfile.write(sse_event(builder.usage_chunk(usage(
-                    out.num_prompt_tokens, out.num_generated_tokens, out.num_cached_tokens))))
+                self.wfile.write(
+                    sse_event(
+                        builder.usage_chunk(
+                            usage(
+                                out.num_prompt_tokens,
+                                out.num_generated_tokens,
+                                out.num_cached_tokens,
+                            )
+                        )
+                    )
+                )
 
     def _end_stream_with_error(self, message: str) -> None:
         try:

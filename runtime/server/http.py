@@ -12,30 +12,39 @@ import hmac
 import json
 import logging
 from http.server import BaseHTTPRequestHandler
-from typing import Optional
 
-from mlx_paged.errors import InvalidRequestError
 from mlx_paged.engine.metrics import render_prometheus
+from mlx_paged.errors import InvalidRequestError
 from mlx_paged.server.generation import GenerationMixin
 from mlx_paged.server.request_body import content_length, parse_json_body, read_exactly
 from mlx_paged.server.state import ServerState
 
 logger = logging.getLogger("mlx_paged.server")
 
-_ERROR_TYPES = {401: "authentication_error", 404: "not_found_error", 405: "invalid_request_error",
-                408: "timeout_error", 500: "server_error", 501: "not_implemented_error",
-                503: "service_unavailable", 505: "invalid_request_error"}
+_ERROR_TYPES = {
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
+    500: "server_error",
+    501: "not_implemented_error",
+    503: "service_unavailable",
+    505: "invalid_request_error",
+}
 GET_ROUTES = ("/health", "/metrics", "/v1/models")
 POST_ROUTES = ("/v1/chat/completions", "/chat/completions", "/v1/completions")
 GONE = (ConnectionError, TimeoutError)
 
 
-def error_body(status: int, message: str, param: Optional[str] = None,
-               code: Optional[str] = None) -> bytes:
+def error_body(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> bytes:
     """OpenAI's error shape."""
     kind = _ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
-    return json.dumps({"error": {"message": message, "type": kind, "param": param,
-                                 "code": code}}, ensure_ascii=False).encode()
+    return json.dumps(
+        {"error": {"message": message, "type": kind, "param": param, "code": code}},
+        ensure_ascii=False,
+    ).encode()
 
 
 class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
@@ -60,12 +69,11 @@ class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
     def log_error(self, fmt, *args):  # timeouts and refusals the stdlib reports
         logger.debug("%s %s", self.address_string(), fmt % args)
 
-    def send_response(self, code: int, message: Optional[str] = None) -> None:
+    def send_response(self, code: int, message: str | None = None) -> None:
         self._response_started = True
         super().send_response(code, message)
 
-    def send_error(self, code: int, message: Optional[str] = None,
-                   explain: Optional[str] = None) -> None:
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """The stdlib's refusals (400, 414, 431, 501, 505), in OpenAI's shape."""
         if code == 501 and self.command:
             message = f"method {self.command} is not supported"
@@ -93,24 +101,38 @@ class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _send_json(self, status: int, payload: dict) -> None:
-        self._send_bytes(status, json.dumps(payload, ensure_ascii=False).encode(),
-                         "application/json")
+        self._send_bytes(
+            status, json.dumps(payload, ensure_ascii=False).encode(), "application/json"
+        )
 
-    def _send_error(self, status: int, message: str, param: Optional[str] = None,
-                    code: Optional[str] = None, headers=()) -> None:
-        self._send_bytes(status, error_body(status, message, param, code), "application/json",
-                         headers)
+    def _send_error(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        headers=(),
+    ) -> None:
+        self._send_bytes(
+            status, error_body(status, message, param, code), "application/json", headers
+        )
 
     def _authorized(self) -> bool:
         key = self.state.api_key
         if key is None:
             return True
         given = self.headers.get_all("Authorization") or []
-        ok = len(given) == 1 and given[0].startswith("Bearer ") and hmac.compare_digest(
-            given[0][7:].encode(), key.encode())
+        ok = (
+            len(given) == 1
+            and given[0].startswith("Bearer ")
+            and hmac.compare_digest(given[0][7:].encode(), key.encode())
+        )
         if not ok:
-            self._send_error(401, "missing or wrong API key: send one 'Authorization: Bearer "
-                             "<key>' header", code="invalid_api_key")
+            self._send_error(
+                401,
+                "missing or wrong API key: send one 'Authorization: Bearer <key>' header",
+                code="invalid_api_key",
+            )
         return ok
 
     def _dispatch(self, route) -> None:
@@ -118,8 +140,11 @@ class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
         try:
             if self.state.guard.timed_out(self.connection):
                 self.close_connection = True
-                self._send_error(408, "the request did not arrive within --request-timeout",
-                                 code="request_timeout")
+                self._send_error(
+                    408,
+                    "the request did not arrive within --request-timeout",
+                    code="request_timeout",
+                )
                 return
             route()
         except InvalidRequestError as exc:
@@ -147,14 +172,22 @@ class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
     def _method_not_allowed(self, path: str) -> bool:
         """Answer 404 or 405 unless `self.command` is served at `path`; True if answered."""
         gets = path in GET_ROUTES or path.startswith("/v1/models/")
-        allowed = ("GET", "HEAD", "OPTIONS") if gets else ("POST", "OPTIONS") \
-            if path in POST_ROUTES else ()
+        allowed = (
+            ("GET", "HEAD", "OPTIONS")
+            if gets
+            else ("POST", "OPTIONS")
+            if path in POST_ROUTES
+            else ()
+        )
         if not allowed:
             self._send_error(404, f"no route for {self.command} {path}")
             return True
         if self.command not in allowed:
-            self._send_error(405, f"{self.command} is not allowed on {path}; use {allowed[0]}",
-                             headers=[("Allow", ", ".join(allowed))])
+            self._send_error(
+                405,
+                f"{self.command} is not allowed on {path}; use {allowed[0]}",
+                headers=[("Allow", ", ".join(allowed))],
+            )
             return True
         return False
 
@@ -190,18 +223,28 @@ class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
             self._send_json(200 if healthy else 503, {"status": why})
         elif path == "/metrics":
             if self._authorized():
-                self._send_bytes(200, render_prometheus(self.state.engine).encode(),
-                                 "text/plain; version=0.0.4")
+                self._send_bytes(
+                    200, render_prometheus(self.state.engine).encode(), "text/plain; version=0.0.4"
+                )
         elif path in ("/v1/models", f"/v1/models/{self.state.model_id}"):
             if self._authorized():
-                card = {"id": self.state.model_id, "object": "model", "created": 0,
-                        "owned_by": "mlx-paged"}
-                self._send_json(200, card if path != "/v1/models" else
-                                {"object": "list", "data": [card]})
+                card = {
+                    "id": self.state.model_id,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "mlx-paged",
+                }
+                self._send_json(
+                    200, card if path != "/v1/models" else {"object": "list", "data": [card]}
+                )
         elif self._authorized():
-            self._send_error(404, f"model {path[len('/v1/models/'):]!r} is not served here; "
-                             f"this server serves {self.state.model_id!r}", "model",
-                             "model_not_found")
+            self._send_error(
+                404,
+                f"model {path[len('/v1/models/') :]!r} is not served here; "
+                f"this server serves {self.state.model_id!r}",
+                "model",
+                "model_not_found",
+            )
 
     def _post(self) -> None:
         path = self._route()
@@ -224,8 +267,9 @@ class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
     def _read_body(self) -> bytes:
         try:
             n = content_length(self.headers, self.state.max_request_bytes)
-            return read_exactly(self.rfile.read, n,
-                                lambda: self.state.guard.timed_out(self.connection))
+            return read_exactly(
+                self.rfile.read, n, lambda: self.state.guard.timed_out(self.connection)
+            )
         except InvalidRequestError as exc:
             self.close_connection = True  # what is left of the body cannot be trusted
             if exc.status == 413:

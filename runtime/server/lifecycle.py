@@ -31,14 +31,20 @@ def serve_until_signal(server, state: ServerState, grace: float) -> None:
             return
         stopping.set()
         state.shutting_down = True
-        logger.info("received %s: no new requests; finishing the ones in flight",
-                    signal.Signals(signum).name)
+        logger.info(
+            "received %s: no new requests; finishing the ones in flight",
+            signal.Signals(signum).name,
+        )
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     # HTTP runs on its own thread; the main thread only waits, so signals are handled at once.
-    http_thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                                   name="mlx-paged-http", daemon=True)
+    http_thread = threading.Thread(
+        target=server.serve_forever,
+        kwargs={"poll_interval": 0.2},
+        name="mlx-paged-http",
+        daemon=True,
+    )
     http_thread.start()
     while not stopping.wait(0.2):
         pass

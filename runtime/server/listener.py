@@ -26,13 +26,21 @@ class _Server(ThreadingHTTPServer):
         super().process_request(request, client_address)
 
     def _refuse(self, request) -> None:
-        body = error_body(503, f"the server has {self.state.max_connections} connections open, "
-                          f"all busy (--max-connections): retry later", code="server_busy")
+        body = error_body(
+            503,
+            f"the server has {self.state.max_connections} connections open, "
+            f"all busy (--max-connections): retry later",
+            code="server_busy",
+        )
         try:
             request.settimeout(1.0)
-            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
-                            b"\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: "
-                            + str(len(body)).encode() + b"\r\n\r\n" + body)
+            request.sendall(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json"
+                b"\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: "
+                + str(len(body)).encode()
+                + b"\r\n\r\n"
+                + body
+            )
         except OSError:
             pass
         self.shutdown_request(request)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from mlx_paged.errors import InvalidRequestError
 from mlx_paged.sampling.sampling_params import SamplingParams
@@ -17,8 +17,17 @@ MAX_TOKENS_LIMIT = 1_000_000
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 # Accepted and ignored: they change nothing a single local model could honour.
-IGNORED_FIELDS = {"user", "metadata", "store", "service_tier", "parallel_tool_calls",
-                  "tool_choice", "stream_options", "chat_template_kwargs", "role_mapping"}
+IGNORED_FIELDS = {
+    "user",
+    "metadata",
+    "store",
+    "service_tier",
+    "parallel_tool_calls",
+    "tool_choice",
+    "stream_options",
+    "chat_template_kwargs",
+    "role_mapping",
+}
 
 
 @dataclass
@@ -26,19 +35,19 @@ class ParsedRequest:
     """A validated request, ready for `Engine.add_request`."""
 
     kind: str  # "chat" or "completion"
-    model: Optional[str]
+    model: str | None
     prompt_token_ids: list[int]
     params: SamplingParams
     max_tokens_explicit: bool
     stream: bool = False
     include_usage: bool = False
-    tools: Optional[list] = None
+    tools: list | None = None
     logprobs: bool = False
     top_logprobs: int = 0
     tokens_as_ids: bool = False  # vLLM's return_tokens_as_token_ids: "token_id:<id>" strings
 
 
-def _err(message: str, param: Optional[str] = None, status: int = 400, code: Optional[str] = None):
+def _err(message: str, param: str | None = None, status: int = 400, code: str | None = None):
     return InvalidRequestError(message, param=param, status=status, code=code)
 
 
@@ -57,8 +66,11 @@ def _check_unsupported(body: dict) -> None:
     for name in ("n", "best_of"):
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or value != 1):
-            raise _err(f"{name}: only {name}=1 is supported; send several requests for several "
-                       f"completions", name)
+            raise _err(
+                f"{name}: only {name}=1 is supported; send several requests for several "
+                f"completions",
+                name,
+            )
     if body.get("echo"):
         raise _err("echo: echoing the prompt is not supported", "echo")
     if body.get("suffix"):
@@ -86,8 +98,10 @@ def _sampling_params(body: dict, defaults: dict, *, chat: bool) -> tuple[Samplin
         if max_tokens < 1:
             raise _err(f"{name} must be at least 1, got {max_tokens}", name)
         if max_tokens > MAX_TOKENS_LIMIT:
-            raise _err(f"{name} ({max_tokens}) is absurdly large; the limit is the model's "
-                       f"context length", name)
+            raise _err(
+                f"{name} ({max_tokens}) is absurdly large; the limit is the model's context length",
+                name,
+            )
     else:
         max_tokens = defaults["max_tokens"]
     stop = body.get("stop")
@@ -121,8 +135,9 @@ def _sampling_params(body: dict, defaults: dict, *, chat: bool) -> tuple[Samplin
         top_k=_typed(body, "top_k", int, defaults["top_k"], label="an integer"),
         min_p=_typed(body, "min_p", number, defaults["min_p"], label="a number"),
         repetition_penalty=_typed(body, "repetition_penalty", number, None, label="a number"),
-        repetition_context_size=_typed(body, "repetition_context_size", int, 20,
-                                       label="an integer"),
+        repetition_context_size=_typed(
+            body, "repetition_context_size", int, 20, label="an integer"
+        ),
         presence_penalty=_typed(body, "presence_penalty", number, None, label="a number"),
         frequency_penalty=_typed(body, "frequency_penalty", number, None, label="a number"),
         xtc_probability=_typed(body, "xtc_probability", number, 0.0, label="a number"),
@@ -136,7 +151,7 @@ def _sampling_params(body: dict, defaults: dict, *, chat: bool) -> tuple[Samplin
     return params, explicit
 
 
-def _message_text(message: dict, index: int) -> Optional[str]:
+def _message_text(message: dict, index: int) -> str | None:
     content = message.get("content")
     if content is None or isinstance(content, str):
         return content
@@ -145,11 +160,15 @@ def _message_text(message: dict, index: int) -> Optional[str]:
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text":
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise _err(f"messages[{index}].content: part type {kind!r} is not supported; "
-                           f"this server takes text only", "messages")
+                raise _err(
+                    f"messages[{index}].content: part type {kind!r} is not supported; "
+                    f"this server takes text only",
+                    "messages",
+                )
             if not isinstance(part.get("text"), str):
-                raise _err(f"messages[{index}].content: a text part needs a string 'text'",
-                           "messages")
+                raise _err(
+                    f"messages[{index}].content: a text part needs a string 'text'", "messages"
+                )
             parts.append(part["text"])
         return "".join(parts)
     raise _err(f"messages[{index}].content must be a string or a list of text parts", "messages")
@@ -167,8 +186,9 @@ def _chat_messages(body: dict) -> list[dict]:
             raise _err(f"messages[{i}] must be an object with 'role' and 'content'", "messages")
         role = m.get("role")
         if role not in ROLES:
-            raise _err(f"messages[{i}].role must be one of {', '.join(ROLES)}; got {role!r}",
-                       "messages")
+            raise _err(
+                f"messages[{i}].role must be one of {', '.join(ROLES)}; got {role!r}", "messages"
+            )
         msg = {"role": role, "content": _message_text(m, i)}
         if msg["content"] is None and not m.get("tool_calls"):
             raise _err(f"messages[{i}].content is required", "messages")
@@ -207,25 +227,36 @@ def parse_chat(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
             raise _err("tools must be a list of tool objects", "tools")
         if tools and not tokenizer.has_tool_calling:
-            raise _err("tools: this model's chat template does not support tool calling",
-                       "tools")
+            raise _err("tools: this model's chat template does not support tool calling", "tools")
     params, explicit = _sampling_params(body, defaults, chat=True)
     stream, include_usage = _stream_flags(body)
     try:
         if tokenizer.has_chat_template:
-            ids = tokenizer.apply_chat_template(messages, tools=tools or None,
-                                                add_generation_prompt=True, tokenize=True)
+            ids = tokenizer.apply_chat_template(
+                messages, tools=tools or None, add_generation_prompt=True, tokenize=True
+            )
         else:
             text = "".join(f"{m['role']}: {m['content'] or ''}\n" for m in messages)
             ids = tokenizer.encode(text + "assistant: ")
     except InvalidRequestError:
         raise
     except Exception as exc:  # a template raising on odd input is the client's to fix
-        raise _err(f"messages could not be rendered with the chat template: {exc}",
-                   "messages") from None
-    return ParsedRequest("chat", _model_name(body), list(ids), params, explicit, stream,
-                         include_usage, tools or None, params.logprobs, params.top_logprobs,
-                         _tokens_as_ids(body))
+        raise _err(
+            f"messages could not be rendered with the chat template: {exc}", "messages"
+        ) from None
+    return ParsedRequest(
+        "chat",
+        _model_name(body),
+        list(ids),
+        params,
+        explicit,
+        stream,
+        include_usage,
+        tools or None,
+        params.logprobs,
+        params.top_logprobs,
+        _tokens_as_ids(body),
+    )
 
 
 def parse_completion(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
@@ -240,20 +271,35 @@ def parse_completion(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
         if not prompt:
             raise _err("prompt must not be empty", "prompt")
         ids = list(tokenizer.encode(prompt))
-    elif isinstance(prompt, list) and prompt and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+    elif (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+    ):
         ids = list(prompt)
     else:
-        raise _err("prompt must be a non-empty string or a list of token ids (one prompt per "
-                   "request)", "prompt")
+        raise _err(
+            "prompt must be a non-empty string or a list of token ids (one prompt per request)",
+            "prompt",
+        )
     params, explicit = _sampling_params(body, defaults, chat=False)
     stream, include_usage = _stream_flags(body)
-    return ParsedRequest("completion", _model_name(body), ids, params, explicit, stream,
-                         include_usage, None, params.logprobs, params.top_logprobs,
-                         _tokens_as_ids(body))
+    return ParsedRequest(
+        "completion",
+        _model_name(body),
+        ids,
+        params,
+        explicit,
+        stream,
+        include_usage,
+        None,
+        params.logprobs,
+        params.top_logprobs,
+        _tokens_as_ids(body),
+    )
 
 
-def _model_name(body: dict) -> Optional[str]:
+def _model_name(body: dict) -> str | None:
     return _typed(body, "model", str, None, label="a string")
 
 

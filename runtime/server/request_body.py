@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from mlx_paged.errors import InvalidRequestError
 
@@ -25,8 +25,10 @@ def content_length(headers, max_bytes: int) -> int:
             400 when duplicated or not a non-negative integer, 413 above `max_bytes`.
     """
     if headers.get("Transfer-Encoding") is not None:
-        raise _err("Transfer-Encoding bodies are not accepted: send the body with a "
-                   "Content-Length header", status=411)
+        raise _err(
+            "Transfer-Encoding bodies are not accepted: send the body with a Content-Length header",
+            status=411,
+        )
     values = headers.get_all("Content-Length") or []
     if not values:
         raise _err("a Content-Length header is required", status=411)
@@ -36,8 +38,11 @@ def content_length(headers, max_bytes: int) -> int:
         raise _err(f"Content-Length must be a non-negative integer, got {values[0]!r}")
     n = int(values[0])
     if n > max_bytes:
-        raise _err(f"the request body is {n} bytes; the limit is {max_bytes} "
-                   f"(--max-request-bytes)", status=413, code="request_too_large")
+        raise _err(
+            f"the request body is {n} bytes; the limit is {max_bytes} (--max-request-bytes)",
+            status=413,
+            code="request_too_large",
+        )
     return n
 
 
@@ -49,10 +54,14 @@ def read_exactly(read: Callable[[int], bytes], n: int, timed_out: Callable[[], b
         chunk = read(min(n - got, 1 << 20))
         if not chunk:
             if timed_out():
-                raise _err("the request body did not arrive within --request-timeout",
-                           status=408, code="request_timeout")
-            raise _err(f"the request body ended after {got} of the {n} bytes its "
-                       f"Content-Length announced")
+                raise _err(
+                    "the request body did not arrive within --request-timeout",
+                    status=408,
+                    code="request_timeout",
+                )
+            raise _err(
+                f"the request body ended after {got} of the {n} bytes its Content-Length announced"
+            )
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
@@ -65,8 +74,9 @@ def parse_json_body(raw: bytes) -> dict:
     except UnicodeDecodeError:
         raise _err("the request body is not UTF-8") from None
     except json.JSONDecodeError as exc:
-        raise _err(f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} "
-                   f"column {exc.colno}") from None
+        raise _err(
+            f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     except RecursionError:
         raise _err(f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels") from None
     if not isinstance(body, dict):
@@ -92,8 +102,7 @@ def _check_json_values(body: dict) -> None:
             try:
                 value.encode("utf-8")
             except UnicodeEncodeError:
-                raise _err("the request body holds a string with a lone UTF-16 surrogate "
-                           "(an unpaired \\ud800-\\udfff escape), which is not valid Unicode"
-                           ) from None
-
-
+                raise _err(
+                    "the request body holds a string with a lone UTF-16 surrogate "
+                    "(an unpaired \\ud800-\\udfff escape), which is not valid Unicode"
+                ) from None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Optional
 
 from mlx_paged.engine.outputs import TokenLogprob
 
@@ -35,14 +34,20 @@ def chat_logprobs(entries: list[TokenLogprob], as_ids: bool = False) -> dict:
         name = _name(token_id, token, as_ids)
         return {"token": name, "logprob": _finite(logprob), "bytes": list(name.encode())}
 
-    return {"content": [
-        {**item(e.token_id, e.token, e.logprob),
-         "top_logprobs": [item(i, t, lp) for i, t, lp in e.top_logprobs]}
-        for e in entries]}
+    return {
+        "content": [
+            {
+                **item(e.token_id, e.token, e.logprob),
+                "top_logprobs": [item(i, t, lp) for i, t, lp in e.top_logprobs],
+            }
+            for e in entries
+        ]
+    }
 
 
-def completion_logprobs(entries: list[TokenLogprob], text_offset: int,
-                        as_ids: bool = False) -> dict:
+def completion_logprobs(
+    entries: list[TokenLogprob], text_offset: int, as_ids: bool = False
+) -> dict:
     offsets, pos = [], text_offset
     for e in entries:
         offsets.append(pos)
@@ -50,16 +55,20 @@ def completion_logprobs(entries: list[TokenLogprob], text_offset: int,
     return {
         "tokens": [_name(e.token_id, e.token, as_ids) for e in entries],
         "token_logprobs": [_finite(e.logprob) for e in entries],
-        "top_logprobs": [{_name(i, t, as_ids): _finite(lp) for i, t, lp in e.top_logprobs}
-                         for e in entries],
+        "top_logprobs": [
+            {_name(i, t, as_ids): _finite(lp) for i, t, lp in e.top_logprobs} for e in entries
+        ],
         "text_offset": offsets,
     }
 
 
 def usage(num_prompt: int, num_completion: int, num_cached: int = 0) -> dict:
-    return {"prompt_tokens": num_prompt, "completion_tokens": num_completion,
-            "total_tokens": num_prompt + num_completion,
-            "prompt_tokens_details": {"cached_tokens": num_cached}}
+    return {
+        "prompt_tokens": num_prompt,
+        "completion_tokens": num_completion,
+        "total_tokens": num_prompt + num_completion,
+        "prompt_tokens_details": {"cached_tokens": num_cached},
+    }
 
 
 class ResponseBuilder:
@@ -80,16 +89,23 @@ class ResponseBuilder:
             obj = "text_completion"
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def _logprobs(self, entries: list[TokenLogprob], wanted: bool) -> Optional[dict]:
+    def _logprobs(self, entries: list[TokenLogprob], wanted: bool) -> dict | None:
         if not wanted:
             return None
         if self.kind == "chat":
             return chat_logprobs(entries, self.tokens_as_ids)
         return completion_logprobs(entries, self.text_offset, self.tokens_as_ids)
 
-    def chunk(self, *, text: str = "", role: bool = False, tool_calls: Optional[list] = None,
-              logprobs: Optional[list[TokenLogprob]] = None, want_logprobs: bool = False,
-              finish_reason: Optional[str] = None) -> dict:
+    def chunk(
+        self,
+        *,
+        text: str = "",
+        role: bool = False,
+        tool_calls: list | None = None,
+        logprobs: list[TokenLogprob] | None = None,
+        want_logprobs: bool = False,
+        finish_reason: str | None = None,
+    ) -> dict:
         """A streamed increment."""
         body = self._envelope(chunk=True)
         if self.kind == "chat":
@@ -112,15 +128,24 @@ class ResponseBuilder:
     def usage_chunk(self, usage_body: dict) -> dict:
         return {**self._envelope(chunk=True), "choices": [], "usage": usage_body}
 
-    def full(self, *, text: str, tool_calls: list, logprobs: list[TokenLogprob],
-             want_logprobs: bool, finish_reason: Optional[str], usage_body: dict) -> dict:
+    def full(
+        self,
+        *,
+        text: str,
+        tool_calls: list,
+        logprobs: list[TokenLogprob],
+        want_logprobs: bool,
+        finish_reason: str | None,
+        usage_body: dict,
+    ) -> dict:
         """The whole, non-streamed response."""
         body = self._envelope(chunk=False)
         if self.kind == "chat":
             message: dict = {"role": "assistant", "content": text}
             if tool_calls:
-                message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"}
-                                         for c in tool_calls]
+                message["tool_calls"] = [
+                    {k: v for k, v in c.items() if k != "index"} for c in tool_calls
+                ]
             choice = {"index": 0, "message": message}
         else:
             choice = {"index": 0, "text": text}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
 
 from mlx_paged.engine.core import Engine
 from mlx_paged.server.connections import ConnectionGuard
@@ -19,7 +18,7 @@ class ServerState:
     model_id: str
     model_aliases: set[str]
     defaults: dict
-    api_key: Optional[str] = None
+    api_key: str | None = None
     max_request_bytes: int = 4 * 1024 * 1024
     allowed_origins: str = "*"
     request_timeout: float = 30.0
@@ -27,7 +26,7 @@ class ServerState:
     active: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     shutting_down: bool = False
-    guard: Optional[ConnectionGuard] = None
+    guard: ConnectionGuard | None = None
 
 
 def wait_for_idle(state: ServerState, timeout: float) -> bool:

@@ -36,12 +36,12 @@ class ToolCallExtractor:
                 calls += self._parse(self._buf[:i])
             else:
                 content += self._buf[:i]
-            self._buf = self._buf[i + len(marker):]
+            self._buf = self._buf[i + len(marker) :]
             self._in_call = not self._in_call
         if not self._in_call:
             keep = partial_suffix_len(self._buf, [self.start])
             content += self._buf[: len(self._buf) - keep]
-            self._buf = self._buf[len(self._buf) - keep:]
+            self._buf = self._buf[len(self._buf) - keep :]
         return content, calls
 
     def flush(self) -> tuple[str, list[dict]]:
@@ -61,13 +61,18 @@ class ToolCallExtractor:
         out = []
         for call in parsed if isinstance(parsed, list) else [parsed]:
             arguments = call.get("arguments", {})
-            out.append({
-                "index": self.num_calls,
-                "id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
-                "type": "function",
-                "function": {"name": call.get("name"),
-                             "arguments": arguments if isinstance(arguments, str)
-                             else json.dumps(arguments, ensure_ascii=False)},
-            })
+            out.append(
+                {
+                    "index": self.num_calls,
+                    "id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}",
+                    "type": "function",
+                    "function": {
+                        "name": call.get("name"),
+                        "arguments": arguments
+                        if isinstance(arguments, str)
+                        else json.dumps(arguments, ensure_ascii=False),
+                    },
+                }
+            )
             self.num_calls += 1
         return out

@@ -8,8 +8,9 @@ from server_process import start_server
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory, smollm2_dir):
-    srv = start_server(tmp_path_factory.mktemp("server"), "--log-level", "INFO",
-                       "--kv-budget", "512MB")
+    srv = start_server(
+        tmp_path_factory.mktemp("server"), "--log-level", "INFO", "--kv-budget", "512MB"
+    )
     yield srv
     assert srv.stop() == 0, srv.log()
 

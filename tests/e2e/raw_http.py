@@ -20,7 +20,7 @@ class Reply:
 
 
 def address(url: str) -> tuple[str, int]:
-    host, port = url[len("http://"):].split(":")
+    host, port = url[len("http://") :].split(":")
     return host, int(port)
 
 
@@ -55,7 +55,7 @@ def parse_reply(data: bytes) -> Reply:
             data = rest
             continue
         if "content-length" in headers:
-            rest = rest[:int(headers["content-length"])]
+            rest = rest[: int(headers["content-length"])]
         return Reply(status, headers, rest, interim)
 
 
@@ -70,8 +70,10 @@ def exchange(url: str, data: bytes, timeout: float = 60, half_close: bool = Fals
 
 def post_bytes(path: str, body: bytes, headers: str = "") -> bytes:
     """A POST request with a correct Content-Length and `Connection: close`."""
-    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            f"Connection: close\r\nContent-Length: {len(body)}\r\n{headers}\r\n").encode() + body
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Connection: close\r\nContent-Length: {len(body)}\r\n{headers}\r\n"
+    ).encode() + body
 
 
 def assert_shaped_error(reply: Reply, status: int, fragment: str = "") -> dict:

@@ -41,9 +41,12 @@ def start_server(tmp_path, *args: str, timeout: float = 180, env: dict | None = 
     port = free_port()
     log_path = str(tmp_path / f"server-{port}.log")
     log = open(log_path, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "mlx_paged", "serve", "--port", str(port),
-                             *args], stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, **(env or {})})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlx_paged", "serve", "--port", str(port), *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -14,7 +14,7 @@ MSG = [{"role": "user", "content": "Say hi."}]
 
 
 def post(server, path: str, body, headers=None, raw: bytes | None = None):
-    host, port = server.url[len("http://"):].split(":")
+    host, port = server.url[len("http://") :].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=120)
     data = raw if raw is not None else json.dumps(body).encode()
     conn.request("POST", path, data, {"Content-Type": "application/json", **(headers or {})})
@@ -41,31 +41,76 @@ CHAT_CASES = [
     ("missing messages", {"model": MODEL}, None, 400, "messages", "required"),
     ("messages wrong type", {"messages": "hi"}, None, 400, "messages", None),
     ("bad role", {"messages": [{"role": "robot", "content": "x"}]}, None, 400, "messages", None),
-    ("temperature wrong type", {"messages": MSG, "temperature": "warm"}, None, 400,
-     "temperature", "number"),
+    (
+        "temperature wrong type",
+        {"messages": MSG, "temperature": "warm"},
+        None,
+        400,
+        "temperature",
+        "number",
+    ),
     ("max_tokens zero", {"messages": MSG, "max_tokens": 0}, None, 400, "max_tokens", None),
     ("max_tokens negative", {"messages": MSG, "max_tokens": -1}, None, 400, "max_tokens", None),
-    ("max_tokens absurd", {"messages": MSG, "max_tokens": 10**12}, None, 400, "max_tokens",
-     None),
-    ("max_tokens beyond context", {"messages": MSG, "max_tokens": 8190}, None, 400,
-     "max_tokens", "context"),
+    ("max_tokens absurd", {"messages": MSG, "max_tokens": 10**12}, None, 400, "max_tokens", None),
+    (
+        "max_tokens beyond context",
+        {"messages": MSG, "max_tokens": 8190},
+        None,
+        400,
+        "max_tokens",
+        "context",
+    ),
     ("n > 1", {"messages": MSG, "n": 3}, None, 400, "n", None),
-    ("json mode", {"messages": MSG, "response_format": {"type": "json_object"}}, None, 400,
-     "response_format", None),
-    ("tools unsupported by template",
-     {"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}]}, None, 400,
-     "tools", "tool calling"),
-    ("image content", {"messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "x"}}]}]}, None, 400, "messages", None),
-    ("top_logprobs without logprobs", {"messages": MSG, "top_logprobs": 2}, None, 400,
-     "top_logprobs", None),
-    ("logit_bias outside vocabulary", {"messages": MSG, "logit_bias": {"999999": 1}}, None, 400,
-     "logit_bias", "vocabulary"),
+    (
+        "json mode",
+        {"messages": MSG, "response_format": {"type": "json_object"}},
+        None,
+        400,
+        "response_format",
+        None,
+    ),
+    (
+        "tools unsupported by template",
+        {"messages": MSG, "tools": [{"type": "function", "function": {"name": "f"}}]},
+        None,
+        400,
+        "tools",
+        "tool calling",
+    ),
+    (
+        "image content",
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}
+            ]
+        },
+        None,
+        400,
+        "messages",
+        None,
+    ),
+    (
+        "top_logprobs without logprobs",
+        {"messages": MSG, "top_logprobs": 2},
+        None,
+        400,
+        "top_logprobs",
+        None,
+    ),
+    (
+        "logit_bias outside vocabulary",
+        {"messages": MSG, "logit_bias": {"999999": 1}},
+        None,
+        400,
+        "logit_bias",
+        "vocabulary",
+    ),
 ]
 
 
-@pytest.mark.parametrize("name,body,raw,status,param,fragment", CHAT_CASES,
-                         ids=[c[0] for c in CHAT_CASES])
+@pytest.mark.parametrize(
+    "name,body,raw,status,param,fragment", CHAT_CASES, ids=[c[0] for c in CHAT_CASES]
+)
 def test_chat_bad_input(server, name, body, raw, status, param, fragment):
     s, payload = post(server, "/v1/chat/completions", body, raw=raw)
     assert_error(s, payload, status, param, fragment)
@@ -97,7 +142,7 @@ def test_oversized_body_is_413(server):
 
 
 def test_missing_content_length_is_411(server):
-    host, port = server.url[len("http://"):].split(":")
+    host, port = server.url[len("http://") :].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     conn.putrequest("POST", "/v1/chat/completions")
     conn.putheader("Content-Type", "application/json")
@@ -113,8 +158,11 @@ def test_unknown_route_is_404(server):
 
 
 def test_server_still_serves_after_bad_requests(client):
-    r = client.chat.completions.create(model=MODEL, max_tokens=8, messages=[
-        {"role": "user", "content": "What is the capital of France?"}])
+    r = client.chat.completions.create(
+        model=MODEL,
+        max_tokens=8,
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+    )
     assert "Paris" in r.choices[0].message.content
 
 

@@ -25,9 +25,17 @@ CHAT = "/v1/chat/completions"
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory, smollm2_dir):
-    server = start_server(tmp_path_factory.mktemp("hostile"), "--max-tokens", "8",
-                          "--request-timeout", str(REQUEST_TIMEOUT),
-                          "--max-connections", str(MAX_CONNECTIONS), "--kv-budget", "64MB")
+    server = start_server(
+        tmp_path_factory.mktemp("hostile"),
+        "--max-tokens",
+        "8",
+        "--request-timeout",
+        str(REQUEST_TIMEOUT),
+        "--max-connections",
+        str(MAX_CONNECTIONS),
+        "--kv-budget",
+        "64MB",
+    )
     yield server
     assert server.stop() == 0, server.log()
     assert "Traceback" not in server.log()  # clients that went away are not errors
@@ -39,8 +47,11 @@ def chat(srv, body: dict, timeout: float = 60):
 
 def stream_chat(srv, body: dict) -> list[str]:
     """The data lines of a streamed chat completion."""
-    req = urllib.request.Request(srv.url + CHAT, json.dumps({**body, "stream": True}).encode(),
-                                 {"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        srv.url + CHAT,
+        json.dumps({**body, "stream": True}).encode(),
+        {"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=120) as resp:
         return [line.decode().strip() for line in resp if line.startswith(b"data: ")]
 
@@ -63,8 +74,11 @@ POISON = [
 
 def test_poison_parameters_are_refused_while_another_client_streams(srv):
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        other = pool.submit(stream_chat, srv, {"messages": HI, "max_tokens": 60,
-                                               "temperature": 0.7, "logit_bias": {"2": -100}})
+        other = pool.submit(
+            stream_chat,
+            srv,
+            {"messages": HI, "max_tokens": 60, "temperature": 0.7, "logit_bias": {"2": -100}},
+        )
         for extra, param in POISON:
             err = assert_shaped_error(chat(srv, {"messages": HI, "max_tokens": 2, **extra}), 400)
             assert err["param"] == param
@@ -74,31 +88,37 @@ def test_poison_parameters_are_refused_while_another_client_streams(srv):
     assert sampled.status == 200 and healthy(srv)
 
 
-@pytest.mark.parametrize("headers,body,status,fragment", [
-    ("Content-Length: -1\r\n", b"{}", 400, "non-negative"),
-    ("Content-Length: 2\r\nContent-Length: 2\r\n", b"{}", 400, "more than one"),
-    ("Content-Length: +2\r\n", b"{}", 400, "non-negative"),
-    ("Transfer-Encoding: chunked\r\n", b"2\r\n{}\r\n0\r\n\r\n", 411, "Content-Length"),
-    ("Content-Length: 50\r\n", b"{}", 400, "ended after 2 of the 50 bytes"),
-])
+@pytest.mark.parametrize(
+    "headers,body,status,fragment",
+    [
+        ("Content-Length: -1\r\n", b"{}", 400, "non-negative"),
+        ("Content-Length: 2\r\nContent-Length: 2\r\n", b"{}", 400, "more than one"),
+        ("Content-Length: +2\r\n", b"{}", 400, "non-negative"),
+        ("Transfer-Encoding: chunked\r\n", b"2\r\n{}\r\n0\r\n\r\n", 411, "Content-Length"),
+        ("Content-Length: 50\r\n", b"{}", 400, "ended after 2 of the 50 bytes"),
+    ],
+)
 def test_dishonest_lengths_are_refused(srv, headers, body, status, fragment):
     request = f"POST {CHAT} HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode() + body
     reply = parse_reply(exchange(srv.url, request, timeout=30, half_close=True))
     assert_shaped_error(reply, status, fragment)
 
 
-@pytest.mark.parametrize("request_bytes,status,fragment", [
-    (f"GET {CHAT} HTTP/1.1\r\n\r\n".encode(), 405, "use POST"),
-    (b"POST /health HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 405, "use GET"),
-    (f"PUT {CHAT} HTTP/1.1\r\nContent-Length: 0\r\n\r\n".encode(), 405, "PUT"),
-    (b"DELETE /v1/models HTTP/1.1\r\n\r\n", 405, "DELETE"),
-    (b"BREW /health HTTP/1.1\r\n\r\n", 501, "BREW"),
-    (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", 414, ""),
-    (b"GET /health HTTP/1.1\r\n" + b"X-A: b\r\n" * 120 + b"\r\n", 431, ""),
-    (b"GET /health HTTP/2.0\r\n\r\n", 505, ""),
-    (b"GET /health HTTQ/1.1\r\n\r\n", 400, "version"),
-    (b"GET /nowhere HTTP/1.1\r\n\r\n", 404, "no route"),
-])
+@pytest.mark.parametrize(
+    "request_bytes,status,fragment",
+    [
+        (f"GET {CHAT} HTTP/1.1\r\n\r\n".encode(), 405, "use POST"),
+        (b"POST /health HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 405, "use GET"),
+        (f"PUT {CHAT} HTTP/1.1\r\nContent-Length: 0\r\n\r\n".encode(), 405, "PUT"),
+        (b"DELETE /v1/models HTTP/1.1\r\n\r\n", 405, "DELETE"),
+        (b"BREW /health HTTP/1.1\r\n\r\n", 501, "BREW"),
+        (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", 414, ""),
+        (b"GET /health HTTP/1.1\r\n" + b"X-A: b\r\n" * 120 + b"\r\n", 431, ""),
+        (b"GET /health HTTP/2.0\r\n\r\n", 505, ""),
+        (b"GET /health HTTQ/1.1\r\n\r\n", 400, "version"),
+        (b"GET /nowhere HTTP/1.1\r\n\r\n", 404, "no route"),
+    ],
+)
 def test_the_stdlib_refusals_are_openai_shaped(srv, request_bytes, status, fragment):
     reply = parse_reply(exchange(srv.url, request_bytes, timeout=30, half_close=True))
     err = assert_shaped_error(reply, status, fragment)
@@ -113,15 +133,22 @@ def test_head_answers_headers_only(srv):
     assert head.startswith(b"HTTP/1.1 200") and rest == b""
 
 
-@pytest.mark.parametrize("raw,fragment", [
-    (b"[" * 5000 + b"]" * 5000, "deeper than"),
-    (b'{"messages": ' + b"[" * 100 + b"]" * 100 + b"}", "deeper than"),
-    (b'{"prompt": "\\ud800 hi", "max_tokens": 2}', "surrogate"),
-    (json.dumps({"messages": HI, "model": []}).encode(), "model must be a string"),
-    (json.dumps({"messages": HI, "model": {}}).encode(), "model must be a string"),
-    (json.dumps({"messages": [{"role": "assistant", "content": "x", "tool_calls": 5}]}).encode(),
-     "tool_calls must be a list"),
-])
+@pytest.mark.parametrize(
+    "raw,fragment",
+    [
+        (b"[" * 5000 + b"]" * 5000, "deeper than"),
+        (b'{"messages": ' + b"[" * 100 + b"]" * 100 + b"}", "deeper than"),
+        (b'{"prompt": "\\ud800 hi", "max_tokens": 2}', "surrogate"),
+        (json.dumps({"messages": HI, "model": []}).encode(), "model must be a string"),
+        (json.dumps({"messages": HI, "model": {}}).encode(), "model must be a string"),
+        (
+            json.dumps(
+                {"messages": [{"role": "assistant", "content": "x", "tool_calls": 5}]}
+            ).encode(),
+            "tool_calls must be a list",
+        ),
+    ],
+)
 def test_bodies_that_used_to_drop_the_connection_get_400(srv, raw, fragment):
     path = "/v1/completions" if b"prompt" in raw else CHAT
     assert_shaped_error(parse_reply(exchange(srv.url, post_bytes(path, raw))), 400, fragment)

@@ -19,10 +19,14 @@ SECRET = "s3cret-key-do-not-log"
 
 
 def request(url, method, path, body=None, headers=None):
-    host, port = url[len("http://"):].split(":")
+    host, port = url[len("http://") :].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=120)
-    conn.request(method, path, json.dumps(body) if body is not None else None,
-                 {"Content-Type": "application/json", **(headers or {})})
+    conn.request(
+        method,
+        path,
+        json.dumps(body) if body is not None else None,
+        {"Content-Type": "application/json", **(headers or {})},
+    )
     resp = conn.getresponse()
     data = resp.read()
     conn.close()
@@ -31,12 +35,18 @@ def request(url, method, path, body=None, headers=None):
 
 def open_long_stream(url):
     """A streamed chat completion of 2000 tokens; the response, its headers read."""
-    host, port = url[len("http://"):].split(":")
+    host, port = url[len("http://") :].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
-    body = {"model": MODEL, "messages": FRANCE, "max_tokens": 2000, "stream": True,
-            "logit_bias": {"2": -100}}
-    conn.request("POST", "/v1/chat/completions", json.dumps(body),
-                 {"Content-Type": "application/json"})
+    body = {
+        "model": MODEL,
+        "messages": FRANCE,
+        "max_tokens": 2000,
+        "stream": True,
+        "logit_bias": {"2": -100},
+    }
+    conn.request(
+        "POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"}
+    )
     return conn.getresponse()
 
 
@@ -118,7 +128,7 @@ def test_api_key_from_the_environment_or_a_file_stays_out_of_the_command_line(tm
 
 def raw_status(url, path, headers: dict) -> int:
     """GET with headers that may repeat (a list value sends the header once per item)."""
-    host, port = url[len("http://"):].split(":")
+    host, port = url[len("http://") :].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     conn.putrequest("GET", path)
     for name, values in headers.items():
@@ -134,16 +144,24 @@ def test_sigterm_during_a_long_step_ends_every_stream_and_exits_in_time(tmp_path
     """A prompt prefilled in one step keeps the engine busy for tens of seconds on a CPU; the
     process still exits within the grace period plus a few seconds, the open stream ends with an
     error event and [DONE], and the prefilling and queued requests get 503."""
-    srv = start_server(tmp_path, "--shutdown-grace", "1", "--prefill-step-size", "4096",
-                       "--decode-concurrency", "2", "--prompt-concurrency", "1")
+    srv = start_server(
+        tmp_path,
+        "--shutdown-grace",
+        "1",
+        "--prefill-step-size",
+        "4096",
+        "--decode-concurrency",
+        "2",
+        "--prompt-concurrency",
+        "1",
+    )
     resp = open_long_stream(srv.url)
     while not resp.fp.readline().startswith(b"data: "):
         pass
     results = {}
 
     def plain(name, content):
-        body = {"model": MODEL, "messages": [{"role": "user", "content": content}],
-                "max_tokens": 4}
+        body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 4}
         results[name] = request(srv.url, "POST", "/v1/chat/completions", body)
 
     long_prompt = threading.Thread(target=plain, args=("prefilling", "tell me a story " * 120))

@@ -44,12 +44,17 @@ def test_chat_answers_paris_with_usage(client):
 
 
 def test_chat_stream_equals_non_stream_and_reports_usage(client):
-    chunks = list(client.chat.completions.create(
-        model=MODEL, messages=FRANCE, stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL, messages=FRANCE, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert chunks[0].choices[0].delta.role == "assistant"
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "The capital of France is Paris."
-    finals = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    finals = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert finals == ["stop"]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
 
@@ -58,18 +63,22 @@ def test_completions_plain_and_streamed(client):
     r = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=6)
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 6
     assert r.usage.prompt_tokens == 5 and r.object == "text_completion"
-    streamed = client.completions.create(model=MODEL, prompt="The capital of France is",
-                                         max_tokens=6, stream=True)
+    streamed = client.completions.create(
+        model=MODEL, prompt="The capital of France is", max_tokens=6, stream=True
+    )
     assert "".join(c.choices[0].text for c in streamed if c.choices) == r.choices[0].text
     assert "Paris" in r.choices[0].text
 
 
-@pytest.mark.parametrize("stop,expected", [
-    (" Paris", "The capital of France is"),
-    ("aris", "The capital of France is P"),      # ends inside a token
-    ("France is", "The capital of "),            # spans two tokens
-    (["zzz", "of"], "The capital "),
-])
+@pytest.mark.parametrize(
+    "stop,expected",
+    [
+        (" Paris", "The capital of France is"),
+        ("aris", "The capital of France is P"),  # ends inside a token
+        ("France is", "The capital of "),  # spans two tokens
+        (["zzz", "of"], "The capital "),
+    ],
+)
 @pytest.mark.parametrize("stream", [False, True])
 def test_stop_strings_are_never_emitted(client, stop, expected, stream):
     r = client.chat.completions.create(model=MODEL, messages=FRANCE, stop=stop, stream=stream)
@@ -91,26 +100,34 @@ def test_max_tokens_and_max_completion_tokens(client):
 
 
 def test_logprobs(client):
-    r = client.chat.completions.create(model=MODEL, messages=FRANCE, logprobs=True,
-                                       top_logprobs=2)
+    r = client.chat.completions.create(model=MODEL, messages=FRANCE, logprobs=True, top_logprobs=2)
     content = r.choices[0].logprobs.content
     assert "".join(t.token for t in content) == r.choices[0].message.content
     for t in content:
         assert len(t.top_logprobs) == 2 and t.top_logprobs[0].token == t.token  # greedy
         assert t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob
-    c = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=3,
-                                  logprobs=1)
+    c = client.completions.create(
+        model=MODEL, prompt="The capital of France is", max_tokens=3, logprobs=1
+    )
     assert len(c.choices[0].logprobs.tokens) == 3
 
 
 def test_eight_concurrent_requests_each_get_their_own_answer(client):
-    questions = ["What is the capital of France?", "What is the capital of Italy?",
-                 "What is 2 + 2?", "Name a primary color.", "What is the capital of Spain?",
-                 "What do bees make?", "What is the largest planet?", "What is water made of?"]
+    questions = [
+        "What is the capital of France?",
+        "What is the capital of Italy?",
+        "What is 2 + 2?",
+        "Name a primary color.",
+        "What is the capital of Spain?",
+        "What do bees make?",
+        "What is the largest planet?",
+        "What is water made of?",
+    ]
 
     def ask(q):
-        r = client.chat.completions.create(model=MODEL, max_tokens=24,
-                                           messages=[{"role": "user", "content": q}])
+        r = client.chat.completions.create(
+            model=MODEL, max_tokens=24, messages=[{"role": "user", "content": q}]
+        )
         return r.choices[0].message.content
 
     alone = [ask(q) for q in questions]
@@ -122,9 +139,16 @@ def test_eight_concurrent_requests_each_get_their_own_answer(client):
 
 def test_disconnect_mid_stream_cancels_and_frees(server):
     before = metrics(server).get('mlx_paged_requests_finished_total{reason="abort"}', 0)
-    body = json.dumps({"model": MODEL, "messages": FRANCE, "stream": True, "max_tokens": 400,
-                       "logit_bias": {"2": -100}})
-    host, port = server.url[len("http://"):].split(":")
+    body = json.dumps(
+        {
+            "model": MODEL,
+            "messages": FRANCE,
+            "stream": True,
+            "max_tokens": 400,
+            "logit_bias": {"2": -100},
+        }
+    )
+    host, port = server.url[len("http://") :].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=60)
     conn.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
     resp = conn.getresponse()
@@ -138,8 +162,10 @@ def test_disconnect_mid_stream_cancels_and_frees(server):
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         m = metrics(server)
-        if m['mlx_paged_requests_running'] == 0 and m.get(
-                'mlx_paged_requests_finished_total{reason="abort"}', 0) == before + 1:
+        if (
+            m["mlx_paged_requests_running"] == 0
+            and m.get('mlx_paged_requests_finished_total{reason="abort"}', 0) == before + 1
+        ):
             break
         time.sleep(0.2)
     assert m["mlx_paged_requests_running"] == 0
@@ -149,9 +175,13 @@ def test_disconnect_mid_stream_cancels_and_frees(server):
 
 def test_metrics_names(server):
     m = metrics(server)
-    for name in ("mlx_paged_requests_running", "mlx_paged_requests_waiting",
-                 "mlx_paged_preemptions_total", "mlx_paged_prefix_cache_hit_tokens_total",
-                 "mlx_paged_generation_tokens_total"):
+    for name in (
+        "mlx_paged_requests_running",
+        "mlx_paged_requests_waiting",
+        "mlx_paged_preemptions_total",
+        "mlx_paged_prefix_cache_hit_tokens_total",
+        "mlx_paged_generation_tokens_total",
+    ):
         assert name in m
     assert m["mlx_paged_generation_tokens_total"] > 0
     # On this CPU machine every decode step ran the reference attention, none the kernel.
@@ -167,7 +197,8 @@ def test_request_logs_do_not_carry_headers(server):
 def test_prefix_cache_hits_show_in_usage(client):
     system = {"role": "system", "content": "You answer in one short sentence. " * 12}
     ask = lambda q: client.chat.completions.create(  # noqa: E731
-        model=MODEL, max_tokens=4, messages=[system, {"role": "user", "content": q}])
+        model=MODEL, max_tokens=4, messages=[system, {"role": "user", "content": q}]
+    )
     first = ask("What is the capital of Spain?")
     second = ask("What is the capital of Peru?")
     assert second.usage.prompt_tokens_details.cached_tokens >= 64

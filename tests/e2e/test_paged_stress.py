@@ -25,23 +25,34 @@ WORDS = "zebra quilt yodel mango hello vexed kiwi paged block table cache fox la
 def metrics(url: str) -> dict[str, float]:
     with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
         lines = r.read().decode().splitlines()
-    return {ln.rsplit(" ", 1)[0]: float(ln.rsplit(" ", 1)[1]) for ln in lines
-            if ln and not ln.startswith("#")}
+    return {
+        ln.rsplit(" ", 1)[0]: float(ln.rsplit(" ", 1)[1])
+        for ln in lines
+        if ln and not ln.startswith("#")
+    }
 
 
 def stream_tokens(url: str, prompt: list[int], hang_up_after: int | None) -> list[int] | None:
-    body = json.dumps({"prompt": prompt, "max_tokens": MAX_TOKENS, "stream": True,
-                       "logprobs": 0, "return_tokens_as_token_ids": True,
-                       "logit_bias": {"1": -100}}).encode()
-    req = urllib.request.Request(url + "/v1/completions", body,
-                                 {"Content-Type": "application/json"})
+    body = json.dumps(
+        {
+            "prompt": prompt,
+            "max_tokens": MAX_TOKENS,
+            "stream": True,
+            "logprobs": 0,
+            "return_tokens_as_token_ids": True,
+            "logit_bias": {"1": -100},
+        }
+    ).encode()
+    req = urllib.request.Request(
+        url + "/v1/completions", body, {"Content-Type": "application/json"}
+    )
     tokens = []
     with urllib.request.urlopen(req, timeout=600) as resp:
         for raw in resp:
             line = raw.decode().strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            chunk = json.loads(line[len("data: "):])
+            chunk = json.loads(line[len("data: ") :])
             assert "error" not in chunk, chunk
             lp = chunk["choices"][0]["logprobs"]
             if lp:
@@ -55,20 +66,36 @@ def test_64_streams_on_a_small_pool(tmp_path, tiny_model_dir):
     model_dir = tiny_model_dir("llama")
     rng = random.Random(0)
     llm = LLM(str(model_dir), kv_paged=False)  # the contiguous path gives the expected tokens
-    prompts = [llm.encode(" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 14))))
-               for _ in range(NUM_REQUESTS)]
-    expected = [r.token_ids for r in llm.generate(
-        prompts, SamplingParams(max_tokens=MAX_TOKENS, logit_bias={1: -100}))]
+    prompts = [
+        llm.encode(" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 14))))
+        for _ in range(NUM_REQUESTS)
+    ]
+    expected = [
+        r.token_ids
+        for r in llm.generate(prompts, SamplingParams(max_tokens=MAX_TOKENS, logit_bias={1: -100}))
+    ]
     assert all(len(e) == MAX_TOKENS for e in expected)
 
-    srv = start_server(tmp_path, "--model", str(model_dir),
-                       "--block-size", "8", "--num-blocks", "48", "--decode-concurrency", "32",
-                       "--log-level", "WARNING")
+    srv = start_server(
+        tmp_path,
+        "--model",
+        str(model_dir),
+        "--block-size",
+        "8",
+        "--num-blocks",
+        "48",
+        "--decode-concurrency",
+        "32",
+        "--log-level",
+        "WARNING",
+    )
     try:
         hang_ups = set(rng.sample(range(NUM_REQUESTS), NUM_REQUESTS // 4))
         with concurrent.futures.ThreadPoolExecutor(max_workers=NUM_REQUESTS) as pool:
-            futures = [pool.submit(stream_tokens, srv.url, p, 3 if i in hang_ups else None)
-                       for i, p in enumerate(prompts)]
+            futures = [
+                pool.submit(stream_tokens, srv.url, p, 3 if i in hang_ups else None)
+                for i, p in enumerate(prompts)
+            ]
             results = [f.result() for f in futures]
         for i, (got, want) in enumerate(zip(results, expected)):
             if i not in hang_ups:
@@ -83,7 +110,8 @@ def test_64_streams_on_a_small_pool(tmp_path, tiny_model_dir):
         assert m["mlx_paged_preemptions_total"] > 0
         assert m['mlx_paged_requests_finished_total{reason="abort"}'] >= 1
         assert m["mlx_paged_kv_blocks_total"] == 47
-        assert m["mlx_paged_kv_blocks_free"] == (m["mlx_paged_kv_blocks_total"]
-                                                 - m["mlx_paged_kv_blocks_cached"])
+        assert m["mlx_paged_kv_blocks_free"] == (
+            m["mlx_paged_kv_blocks_total"] - m["mlx_paged_kv_blocks_cached"]
+        )
     finally:
         assert srv.stop() == 0, srv.log()

@@ -12,8 +12,17 @@ from mlx_paged.kernels.paged_attention_reference import paged_attention_referenc
 TOLERANCE = {mx.float32: 1e-5, mx.bfloat16: 2e-2, mx.float16: 5e-3}
 
 
-def make_case(seed: int, lens: list[int], *, num_kv_heads: int, gqa: int, head_dim: int,
-              block_size: int, dtype, spare_blocks: int = 7):
+def make_case(
+    seed: int,
+    lens: list[int],
+    *,
+    num_kv_heads: int,
+    gqa: int,
+    head_dim: int,
+    block_size: int,
+    dtype,
+    spare_blocks: int = 7,
+):
     """Pages, tables and queries for rows of lengths `lens`; block 0 is the null block."""
     rng = np.random.default_rng(seed)
     needed = [math.ceil(n / block_size) for n in lens]
@@ -23,13 +32,14 @@ def make_case(seed: int, lens: list[int], *, num_kv_heads: int, gqa: int, head_d
     tables = np.zeros((len(lens), width), np.int32)
     at = 0
     for row, n in enumerate(needed):
-        tables[row, :n] = ids[at:at + n]
+        tables[row, :n] = ids[at : at + n]
         at += n
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     k_pages = mx.array(rng.standard_normal(shape, np.float32)).astype(dtype)
     v_pages = mx.array(rng.standard_normal(shape, np.float32)).astype(dtype)
-    queries = mx.array(rng.standard_normal((len(lens), num_kv_heads * gqa, 1, head_dim),
-                                           np.float32)).astype(dtype)
+    queries = mx.array(
+        rng.standard_normal((len(lens), num_kv_heads * gqa, 1, head_dim), np.float32)
+    ).astype(dtype)
     return queries, k_pages, v_pages, mx.array(tables), mx.array(np.array(lens, np.int32))
 
 
@@ -37,8 +47,15 @@ def reference(queries, k_pages, v_pages, tables, lens, scale, window=None):
     """The oracle, in float32 on the CPU (GPU matmuls may use TF32)."""
     with mx.stream(mx.cpu):
         out = paged_attention_reference(
-            queries.astype(mx.float32), k_pages.astype(mx.float32), v_pages.astype(mx.float32),
-            tables, lens, (lens - 1)[:, None], scale=scale, window=window)
+            queries.astype(mx.float32),
+            k_pages.astype(mx.float32),
+            v_pages.astype(mx.float32),
+            tables,
+            lens,
+            (lens - 1)[:, None],
+            scale=scale,
+            window=window,
+        )
         mx.eval(out)
     return out
 

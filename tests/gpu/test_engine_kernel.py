@@ -10,21 +10,31 @@ from mlx_paged import LLM, SamplingParams
 
 pytestmark = pytest.mark.gpu
 
-PROMPTS = ["hello world", "the quick brown fox jumps over the lazy dog and more", "paged",
-           "continuous batching joins and leaves every step of the way"]
+PROMPTS = [
+    "hello world",
+    "the quick brown fox jumps over the lazy dog and more",
+    "paged",
+    "continuous batching joins and leaves every step of the way",
+]
 
 
 @pytest.mark.parametrize("model_type", ["llama", "gemma3_text"])
 def test_kernel_tokens_equal_reference_tokens(tmp_path, model_type):
     # head_dim 64 with 4 query / 2 KV heads: a spec the kernels serve (GQA 2; gemma3 adds
     # sliding-window layers). float32 weights keep greedy ties away.
-    folder = build_model(tmp_path / model_type, model_type, head_dim=64,
-                         num_attention_heads=4, num_key_value_heads=2)
+    folder = build_model(
+        tmp_path / model_type, model_type, head_dim=64, num_attention_heads=4, num_key_value_heads=2
+    )
     params = SamplingParams(max_tokens=40, ignore_eos=True)
     results = {}
     for mode in ("kernel", "reference"):
-        llm = LLM(str(folder), block_size=16, num_blocks=64, paged_attention=mode,
-                  enable_prefix_caching=False)
+        llm = LLM(
+            str(folder),
+            block_size=16,
+            num_blocks=64,
+            paged_attention=mode,
+            enable_prefix_caching=False,
+        )
         tokens = [r.token_ids for r in llm.generate(PROMPTS, params)]
         calls = dict(llm.engine.runner.pool.attention_calls)
         results[mode] = (tokens, calls)

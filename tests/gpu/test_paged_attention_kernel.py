@@ -17,10 +17,17 @@ BF16, F16, F32 = mx.bfloat16, mx.float16, mx.float32
 SPECS = (
     [(BF16, 128, 16, g, None) for g in range(1, 9)]
     + [(F16, 128, 16, 4, None), (F32, 128, 16, 4, None)]
-    + [(BF16, d, 16, 4, None) for d in (64, 80, 96, 256)] + [(BF16, 256, 16, 8, None)]
+    + [(BF16, d, 16, 4, None) for d in (64, 80, 96, 256)]
+    + [(BF16, 256, 16, 8, None)]
     + [(BF16, 128, 8, 4, None), (BF16, 128, 32, 4, None)]
-    + [(F32, 80, 8, 3, None), (F16, 96, 32, 5, None), (F32, 256, 16, 8, None),
-       (F16, 64, 32, 1, None), (F32, 64, 16, 7, None), (BF16, 96, 8, 6, None)]
+    + [
+        (F32, 80, 8, 3, None),
+        (F16, 96, 32, 5, None),
+        (F32, 256, 16, 8, None),
+        (F16, 64, 32, 1, None),
+        (F32, 64, 16, 7, None),
+        (BF16, 96, 8, 6, None),
+    ]
     + [(BF16, 128, 16, 4, 100), (F32, 64, 8, 2, 37), (F16, 80, 32, 8, 700)]
 )
 
@@ -54,9 +61,10 @@ def test_every_kernel_matches_reference(case):
     # Ragged: one token, a partly filled block, an exact multiple of the block, several
     # partitions, a partition boundary.
     lens = [1, block_size * 3 + 5, block_size * 8, 1301, 512, 1537, 2049]
-    inputs = make_case(7, lens, num_kv_heads=2, gqa=gqa, head_dim=head_dim,
-                       block_size=block_size, dtype=dtype)
-    scale = head_dim ** -0.5
+    inputs = make_case(
+        7, lens, num_kv_heads=2, gqa=gqa, head_dim=head_dim, block_size=block_size, dtype=dtype
+    )
+    scale = head_dim**-0.5
     ref = reference(*inputs, scale, window)
     kernels = SIMT + (TENSOR_CORES if _tensor_cores_serve(case) else ())
     _assert_kernels_match(inputs, ref, (None,) + kernels, dtype, scale, window)
@@ -66,16 +74,14 @@ def test_every_kernel_matches_reference(case):
 def test_batch_sizes(batch):
     rng = np.random.default_rng(batch)
     lens = [int(n) for n in rng.integers(1, 700, size=batch)]
-    inputs = make_case(batch, lens, num_kv_heads=8, gqa=4, head_dim=128, block_size=16,
-                       dtype=BF16)
+    inputs = make_case(batch, lens, num_kv_heads=8, gqa=4, head_dim=128, block_size=16, dtype=BF16)
     _assert_kernels_match(inputs, reference(*inputs, 0.088), (None,) + SIMT + TENSOR_CORES)
 
 
 @pytest.mark.parametrize("dtype", [BF16, F32], ids=["bf16", "f32"])
 def test_long_context_32k(dtype):
     lens = [32768, 20001, 4097]
-    inputs = make_case(9, lens, num_kv_heads=8, gqa=4, head_dim=128, block_size=16,
-                       dtype=dtype)
+    inputs = make_case(9, lens, num_kv_heads=8, gqa=4, head_dim=128, block_size=16, dtype=dtype)
     kernels = (None,) + SIMT + (TENSOR_CORES if dtype != F32 else ())
     _assert_kernels_match(inputs, reference(*inputs, 0.088), kernels, dtype)
 
@@ -88,42 +94,58 @@ def test_fused_split_k_calls_in_one_graph(partition_size):
     that skip partitions included)."""
     calls = []
     wide = [int(n) for n in np.random.default_rng(6).integers(1, 9000, size=40)]
-    for seed, lens, window in ((3, [1, 700, 5100], None), (4, [4097, 33, 900, 9500], None),
-                               (5, [13000, 129], 300), (6, wide, None), (7, wide[:9], 2000),
-                               (3, [1, 700, 5100], None)):
-        inputs = make_case(seed, lens, num_kv_heads=8, gqa=4, head_dim=128, block_size=16,
-                           dtype=BF16)
+    for seed, lens, window in (
+        (3, [1, 700, 5100], None),
+        (4, [4097, 33, 900, 9500], None),
+        (5, [13000, 129], 300),
+        (6, wide, None),
+        (7, wide[:9], 2000),
+        (3, [1, 700, 5100], None),
+    ):
+        inputs = make_case(
+            seed, lens, num_kv_heads=8, gqa=4, head_dim=128, block_size=16, dtype=BF16
+        )
         for kernel in ("decode_tc_splitk_direct",) + (
-                ("decode_tc_splitk",) if partition_size == 1024 else ()):
-            out = paged_attention_decode(*inputs, scale=0.088, window=window, kernel=kernel,
-                                         partition_size=partition_size)
+            ("decode_tc_splitk",) if partition_size == 1024 else ()
+        ):
+            out = paged_attention_decode(
+                *inputs, scale=0.088, window=window, kernel=kernel, partition_size=partition_size
+            )
             calls.append((out, reference(*inputs, 0.088, window)))
     mx.eval([out for out, _ in calls])  # one graph: the launches run back to back
     for out, ref in calls:
         assert max_error(out, ref) <= TOLERANCE[BF16]
 
 
-@pytest.mark.parametrize("kernel", [None, "decode_tc_wide", "decode_tc_splitk",
-                                    "decode_simt_splitk"])
+@pytest.mark.parametrize(
+    "kernel", [None, "decode_tc_wide", "decode_tc_splitk", "decode_simt_splitk"]
+)
 def test_replayed_launches_equal_eager_ones(kernel):
     """`mx.compile` replays a plan's kernel nodes: later calls of the same shapes on new data
     (and on a strided query view) give the eager launch's answer bit for bit."""
     for seed in (21, 22):
-        q, *rest = make_case(seed, [1, 700, 2100, 4097], num_kv_heads=8, gqa=4, head_dim=128,
-                             block_size=16, dtype=BF16)
+        q, *rest = make_case(
+            seed,
+            [1, 700, 2100, 4097],
+            num_kv_heads=8,
+            gqa=4,
+            head_dim=128,
+            block_size=16,
+            dtype=BF16,
+        )
         view = mx.concatenate([q, q], axis=3)[..., 128:]
         for queries in (q, view):
             replayed = paged_attention_decode(queries, *rest, scale=0.088, kernel=kernel)
-            eager = paged_attention_decode(queries, *rest, scale=0.088, kernel=kernel,
-                                           compiled=False)
+            eager = paged_attention_decode(
+                queries, *rest, scale=0.088, kernel=kernel, compiled=False
+            )
             assert mx.array_equal(replayed, eager).item()
             assert max_error(replayed, reference(queries, *rest, 0.088)) <= TOLERANCE[BF16]
 
 
 def test_query_view_with_strides():
     """Queries sliced from a wider tensor are read through their strides, not copied."""
-    inputs = make_case(5, [77, 300], num_kv_heads=2, gqa=4, head_dim=64, block_size=16,
-                       dtype=F32)
+    inputs = make_case(5, [77, 300], num_kv_heads=2, gqa=4, head_dim=64, block_size=16, dtype=F32)
     wide = mx.concatenate([inputs[0], inputs[0] * 2], axis=3)  # (B, Hq, 1, 2D)
     view = wide[..., 64:]
     out = paged_attention_decode(view, *inputs[1:], scale=0.125)
@@ -133,14 +155,16 @@ def test_query_view_with_strides():
 def test_head_major_page_views():
     """Pages stored `[Hkv, block, D]` and passed as their `[block, Hkv, D]` view are read
     through their strides (the benchmark's `--head-major-pages` layout experiment)."""
-    q, k_pages, v_pages, tables, lens = make_case(11, [1, 53, 1301, 4097], num_kv_heads=8,
-                                                  gqa=4, head_dim=128, block_size=16,
-                                                  dtype=BF16)
+    q, k_pages, v_pages, tables, lens = make_case(
+        11, [1, 53, 1301, 4097], num_kv_heads=8, gqa=4, head_dim=128, block_size=16, dtype=BF16
+    )
     k_view = mx.contiguous(k_pages.swapaxes(1, 2)).swapaxes(1, 2)
     v_view = mx.contiguous(v_pages.swapaxes(1, 2)).swapaxes(1, 2)
-    _assert_kernels_match((q, k_view, v_view, tables, lens),
-                          reference(q, k_pages, v_pages, tables, lens, 0.088),
-                          (None,) + SIMT + TENSOR_CORES)
+    _assert_kernels_match(
+        (q, k_view, v_view, tables, lens),
+        reference(q, k_pages, v_pages, tables, lens, 0.088),
+        (None,) + SIMT + TENSOR_CORES,
+    )
 
 
 def test_unservable_inputs_name_the_spec():

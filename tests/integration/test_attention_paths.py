@@ -13,7 +13,11 @@ def test_probe_sees_query_heads_and_windows(tiny_model_dir):
     llama = LLM(str(tiny_model_dir("llama")), num_blocks=32)
     layout = probe_kv_layout(llama.model)
     assert (layout.num_layers, layout.num_heads, layout.num_kv_heads, layout.head_dim) == (
-        2, 4, 2, 16)
+        2,
+        4,
+        2,
+        16,
+    )
     assert layout.query_dtype == layout.dtype and layout.sliding_window is False
     gemma = LLM(str(tiny_model_dir("gemma3_text")), num_blocks=32)
     assert probe_kv_layout(gemma.model).sliding_window is True
@@ -23,16 +27,20 @@ def test_cpu_decode_runs_the_reference_and_counts_it(tiny_model_dir):
     llm = LLM(str(tiny_model_dir("llama")), num_blocks=64, block_size=16)
     pool = llm.engine.runner.pool
     assert pool.decode_backend is None
-    llm.generate(["paged attention kv cache block table", "the quick brown fox jumps over"],
-                 SamplingParams(max_tokens=6, ignore_eos=True))
+    llm.generate(
+        ["paged attention kv cache block table", "the quick brown fox jumps over"],
+        SamplingParams(max_tokens=6, ignore_eos=True),
+    )
     calls = pool.attention_calls
     # 2 layers per forward: prefill forwards, then one forward per further token.
     assert calls["reference", "prefill"] > 0 and calls["reference", "decode"] >= 2 * 5
     assert calls["reference", "decode"] % 2 == 0
     assert calls["kernel", "decode"] == 0
     text = render_prometheus(llm.engine)
-    assert (f'mlx_paged_attention_calls_total{{path="reference",phase="decode"}} '
-            f'{calls["reference", "decode"]}') in text
+    assert (
+        f'mlx_paged_attention_calls_total{{path="reference",phase="decode"}} '
+        f"{calls['reference', 'decode']}"
+    ) in text
     assert 'mlx_paged_attention_calls_total{path="kernel",phase="decode"} 0' in text
 
 

@@ -21,8 +21,10 @@ LLAMA = KernelSpec.parse("decode_simt_splitk_cuda_bf16_hd128_bs16_g4_p512")
 
 
 def test_every_representative_spec_compiles():
-    reports = {spec.name: check_cuda_source(define(spec))
-               for spec in representative_specs("cuda") + [LLAMA]}
+    reports = {
+        spec.name: check_cuda_source(define(spec))
+        for spec in representative_specs("cuda") + [LLAMA]
+    }
     assert len(reports) == 20
     for name, report in reports.items():
         assert 0 < report.registers <= 255, name
@@ -47,11 +49,14 @@ def test_signature_is_mlx_shaped():
     assert "using T = __nv_bfloat16;" in unit
 
 
-@pytest.mark.parametrize("bad,message", [
-    ("simd_sum(pa_l[0]);", "identifier \"simd_sum\" is undefined"),    # a Metal builtin
-    ("threadgroup float x[4];", "threadgroup"),                          # a Metal qualifier
-    ("const int pa_len = 0;", "already been declared"),                  # a clash with the body
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ("simd_sum(pa_l[0]);", 'identifier "simd_sum" is undefined'),  # a Metal builtin
+        ("threadgroup float x[4];", "threadgroup"),  # a Metal qualifier
+        ("const int pa_len = 0;", "already been declared"),  # a clash with the body
+    ],
+)
 def test_broken_bodies_fail(bad, message):
     defn = define(LLAMA)
     anchor = "const int pa_len = seq_lens[pa_seq];"
@@ -64,8 +69,10 @@ def test_broken_bodies_fail(bad, message):
 def test_cli_renders_and_checks_a_cuda_spec(capsys):
     from mlx_paged.cli.main import main
 
-    assert main(["kernels", "render", "decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024",
-                 "--check"]) == 0
+    assert (
+        main(["kernels", "render", "decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024", "--check"])
+        == 0
+    )
     out, err = capsys.readouterr()
     assert "__global__ void decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024(" in out
     assert "NVRTC compile check passed (" in err and "0 B spilled" in err

@@ -10,8 +10,7 @@ from mlx_paged.errors import InvalidRequestError
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
-    return LLM(str(tiny_model_dir("llama")), kv_paged=False, max_num_seqs=4,
-               max_num_prefill_seqs=2)
+    return LLM(str(tiny_model_dir("llama")), kv_paged=False, max_num_seqs=4, max_num_prefill_seqs=2)
 
 
 def no_eos(llm, **kw):
@@ -48,8 +47,9 @@ def test_eos_stops_and_is_not_emitted(llm):
     eos = llm.tokenizer.eos_token_id
     r = llm.generate("hello", SamplingParams(max_tokens=5, logit_bias={eos: 100}))[0]
     assert (r.token_ids, r.text, r.finish_reason) == ([], "", "stop")
-    r = llm.generate("hello", SamplingParams(max_tokens=5, logit_bias={eos: 100},
-                                             ignore_eos=True))[0]
+    r = llm.generate("hello", SamplingParams(max_tokens=5, logit_bias={eos: 100}, ignore_eos=True))[
+        0
+    ]
     assert r.token_ids == [eos] * 5 and r.finish_reason == "length"
 
 
@@ -112,8 +112,9 @@ def test_context_limits(llm):
     with pytest.raises(InvalidRequestError) as info:
         engine.check_request([5] * (n - 10), SamplingParams(max_tokens=11))
     assert info.value.param == "max_tokens" and "at most 10" in info.value.message
-    clamped = engine.check_request([5] * (n - 10), SamplingParams(max_tokens=500),
-                                   max_tokens_explicit=False)
+    clamped = engine.check_request(
+        [5] * (n - 10), SamplingParams(max_tokens=500), max_tokens_explicit=False
+    )
     assert clamped.max_tokens == 10
     with pytest.raises(InvalidRequestError):
         engine.check_request([], SamplingParams())

@@ -13,8 +13,13 @@ from mlx_paged import LLM, SamplingParams
 
 @pytest.fixture(scope="module", params=["paged", "contiguous"])
 def llm(request, tiny_model_dir):
-    return LLM(str(tiny_model_dir("llama")), kv_paged=request.param == "paged", max_num_seqs=4,
-               max_num_prefill_seqs=2, num_blocks=64)
+    return LLM(
+        str(tiny_model_dir("llama")),
+        kv_paged=request.param == "paged",
+        max_num_seqs=4,
+        max_num_prefill_seqs=2,
+        num_blocks=64,
+    )
 
 
 def params(llm, **kw):
@@ -51,8 +56,9 @@ def test_poison_sampling_is_refused_alone_and_sampling_still_works(llm):
     prompt = llm.encode("hello world")
     want = llm.generate("hello world", params(llm, max_tokens=6))[0].token_ids
     good = engine.add_request(prompt, params(llm, max_tokens=6))
-    poison = engine.add_request(prompt, unchecked(params(llm, max_tokens=6, temperature=1.0),
-                                                  top_k=10**6))
+    poison = engine.add_request(
+        prompt, unchecked(params(llm, max_tokens=6, temperature=1.0), top_k=10**6)
+    )
     sampled = engine.add_request(prompt, params(llm, max_tokens=6, temperature=1.0, top_k=5))
     good_outs, poison_outs, sampled_outs = run(engine, [good, poison, sampled])
     assert poison_outs[-1].finish_reason == "error" and "top_k" in poison_outs[-1].error
@@ -71,8 +77,9 @@ def test_a_row_whose_sampler_throws_in_a_step_fails_alone(llm):
         engine.drain_inbox()
         engine.step()
     row = victim.request.runtime["sampling"]
-    victim.request.runtime["sampling"] = dataclasses.replace(row, processors=(
-        lambda context, logits: logits.reshape(7, -1),))  # 7 does not divide the vocabulary
+    victim.request.runtime["sampling"] = dataclasses.replace(
+        row, processors=(lambda context, logits: logits.reshape(7, -1),)
+    )  # 7 does not divide the vocabulary
     outs = run(engine, [victim, *others])
     assert outs[0][-1].finish_reason == "error" and "sampling failed" in outs[0][-1].error
     for other in outs[1:]:
@@ -146,8 +153,7 @@ def test_pool_pages_whose_write_failed_are_zeroed_and_the_prefix_cache_dropped(l
     bad = broken_array()
     pool = runner.pool
     layer_shape = (1, pool.page_shape[2], 1, pool.page_shape[3])
-    pool.write(0, mx.broadcast_to(bad[..., :1], layer_shape), mx.zeros(layer_shape),
-               mx.array([17]))
+    pool.write(0, mx.broadcast_to(bad[..., :1], layer_shape), mx.zeros(layer_shape), mx.array([17]))
     with pytest.raises(RuntimeError):
         mx.eval(pool.k_pages)
     reset_sampling_state()

@@ -12,15 +12,31 @@ from mlx_paged.bench import kernels
 
 
 def _args(**changes) -> argparse.Namespace:
-    base = dict(batch=[2], context=[64], num_heads=4, num_kv_heads=2, head_dim=64,
-                block_size=16, dtype="float32", pool_gb=0.001, max_kv_gb=1.0,
-                kernel=["decode_simt_splitk"], sequential_blocks=False)
+    base = dict(
+        batch=[2],
+        context=[64],
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype="float32",
+        pool_gb=0.001,
+        max_kv_gb=1.0,
+        kernel=["decode_simt_splitk"],
+        sequential_blocks=False,
+    )
     return argparse.Namespace(**(base | changes))
 
 
 def test_problem_pages_are_shuffled_or_consecutive():
-    common = dict(num_heads=4, num_kv_heads=2, head_dim=64, block_size=16, dtype=mx.float32,
-                  pool_bytes=1 << 20)
+    common = dict(
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=64,
+        block_size=16,
+        dtype=mx.float32,
+        pool_bytes=1 << 20,
+    )
     _, k_pages, _, tables, lens = kernels.make_problem(3, 40, **common)
     ids = np.array(tables).ravel()
     assert tables.shape == (3, 3) and len(set(ids.tolist())) == 9 and 0 not in ids
@@ -32,8 +48,9 @@ def test_problem_pages_are_shuffled_or_consecutive():
 
 
 def test_head_major_pages_give_the_same_attention_through_the_view():
-    common = dict(num_heads=4, num_kv_heads=2, head_dim=8, block_size=4, dtype=mx.float32,
-                  pool_bytes=1 << 12)
+    common = dict(
+        num_heads=4, num_kv_heads=2, head_dim=8, block_size=4, dtype=mx.float32, pool_bytes=1 << 12
+    )
     _, k_pages, _, _, _ = kernels.make_problem(2, 10, head_major_pages=True, **common)
     assert k_pages.shape == (k_pages.shape[0], 4, 2, 8)  # the token-major shape, as a view
     # The gather reference and SDPA on the gathered copy agree on the strided view.
@@ -63,6 +80,7 @@ def test_chained_timing_feeds_each_output_to_the_next_call():
     def attention(queries):
         calls.append(queries)
         return queries * 2
+
     queries = mx.ones((1, 2, 1, 4))
     assert kernels.time_mlx_chained(attention, queries, target_s=0.001, repeats=2) > 0
     # Two warm-up calls, then two samples of at least two calls, each fed the previous output.
@@ -81,9 +99,9 @@ def test_pipelined_chained_timing_starts_evaluations_between_builds(monkeypatch)
     def attention(queries):
         calls.append(queries)
         return queries * 2
+
     queries = mx.ones((1, 2, 1, 4))
-    assert kernels.time_mlx_chained(attention, queries, target_s=0.001, repeats=2,
-                                    pipeline=2) > 0
+    assert kernels.time_mlx_chained(attention, queries, target_s=0.001, repeats=2, pipeline=2) > 0
     # Every second call's output starts evaluating (4, 16, ... times the queries of its run);
     # the chain is unchanged.
     exponents = [np.log2(np.array(out)).ravel() for out in started]
@@ -100,8 +118,7 @@ def test_pipelined_needs_chained(capsys):
 def test_skipped_methods_are_left_out():
     row = kernels.bench_shape(2, 64, _args(skip=["gather_sdpa"]), torch_ok=False)
     assert set(row["us"]) == {"mlx_sdpa"} and row["diff_base"] == "mlx_sdpa"
-    row = kernels.bench_shape(2, 64, _args(skip=["gather_sdpa", "mlx_sdpa"]),
-                              torch_ok=False)
+    row = kernels.bench_shape(2, 64, _args(skip=["gather_sdpa", "mlx_sdpa"]), torch_ok=False)
     assert row["us"] == {} and row["diff_base"] is None
 
 

@@ -9,9 +9,18 @@ from mlx_paged.kernels.paged_attention_plan import launch_plan
 
 
 def _plan(num_seqs, table_blocks, **kw):
-    args = dict(backend="metal", dtype=mx.bfloat16, num_seqs=num_seqs, num_heads=32,
-                num_queries=1, head_dim=128, block_size=16, num_kv_heads=8,
-                table_blocks=table_blocks, sliding_window=False)
+    args = dict(
+        backend="metal",
+        dtype=mx.bfloat16,
+        num_seqs=num_seqs,
+        num_heads=32,
+        num_queries=1,
+        head_dim=128,
+        block_size=16,
+        num_kv_heads=8,
+        table_blocks=table_blocks,
+        sliding_window=False,
+    )
     args.update(kw)
     return launch_plan(**args)
 
@@ -48,6 +57,7 @@ def cuda_plans(monkeypatch):
     """CUDA launch plans on this CPU machine: the real routing, rendering and grids, with a
     stand-in for the one step that needs a CUDA device (building the `cuda_kernel` object)."""
     import mlx_paged.kernels.paged_attention_plan as plan_module
+
     monkeypatch.setattr(plan_module, "build", lambda spec: spec)
     launch_plan.cache_clear()
     yield lambda num_seqs, table_blocks: _plan(num_seqs, table_blocks, backend="cuda")
@@ -100,16 +110,25 @@ class _StandInKernel:
         self.calls = []
 
     def __call__(self, *, inputs, template, grid, threadgroup, output_shapes, output_dtypes):
-        self.calls.append(dict(num_inputs=len(inputs), template=template, grid=grid,
-                               threadgroup=threadgroup, output_shapes=output_shapes,
-                               output_dtypes=output_dtypes))
+        self.calls.append(
+            dict(
+                num_inputs=len(inputs),
+                template=template,
+                grid=grid,
+                threadgroup=threadgroup,
+                output_shapes=output_shapes,
+                output_dtypes=output_dtypes,
+            )
+        )
         if len(inputs) == 4:  # a reduce: partials (B, H, P, D), maxima, sums, lengths
             first = inputs[0].sum(axis=2, keepdims=True) + inputs[3][0]
         else:
             first = mx.broadcast_to(inputs[0] * inputs[5][0] + inputs[4][0], output_shapes[0])
         first = first.astype(output_dtypes[0])
-        return [first] + [mx.full(s, i, dtype=d) for i, (s, d) in
-                          enumerate(zip(output_shapes[1:], output_dtypes[1:]), start=1)]
+        return [first] + [
+            mx.full(s, i, dtype=d)
+            for i, (s, d) in enumerate(zip(output_shapes[1:], output_dtypes[1:]), start=1)
+        ]
 
 
 def _stand_in_plan(kind):
@@ -117,10 +136,19 @@ def _stand_in_plan(kind):
 
     kernel, reduce_kernel = _StandInKernel(), _StandInKernel()
     partials = () if kind == "single" else ((2, 8, 3, 16), (2, 8, 3), (2, 8, 3))
-    plan = LaunchPlan("spec", kernel, (256, 2, 3), (128, 1, 1), partials, kind == "fused", 4,
-                      (2, 8, 1, 16), mx.float32,
-                      reduce_kernel=reduce_kernel if kind == "two_pass" else None,
-                      reduce_grid=(256, 2, 1))
+    plan = LaunchPlan(
+        "spec",
+        kernel,
+        (256, 2, 3),
+        (128, 1, 1),
+        partials,
+        kind == "fused",
+        4,
+        (2, 8, 1, 16),
+        mx.float32,
+        reduce_kernel=reduce_kernel if kind == "two_pass" else None,
+        reduce_grid=(256, 2, 1),
+    )
     return plan, kernel, reduce_kernel
 
 
@@ -128,8 +156,14 @@ def _stand_in_inputs(seed):
     mx.random.seed(seed)
     queries = mx.random.normal((2, 8, 1, 16))
     pages = mx.zeros((5, 16, 4, 16))
-    return [queries, pages, pages, mx.zeros((2, 3), dtype=mx.int32),
-            mx.array([seed, 7], dtype=mx.int32), mx.array([0.5])]
+    return [
+        queries,
+        pages,
+        pages,
+        mx.zeros((2, 3), dtype=mx.int32),
+        mx.array([seed, 7], dtype=mx.int32),
+        mx.array([0.5]),
+    ]
 
 
 @pytest.mark.parametrize("kind", ["single", "fused", "two_pass"])

@@ -21,15 +21,19 @@ from mlx_paged.kernels.paged_attention_geometry import define
 GOLDEN = Path(__file__).parent.parent / "golden" / "metal"
 SPEC = KernelSpec("decode_simt_splitk", "metal", "bfloat16", 128, 16, 4, 512, True)
 # The Metal kernels at a 1B llama's shape: the golden sources a reviewer reads.
-GOLDEN_SPECS = [KernelSpec("decode_simt", "metal", "bfloat16", 128, 16, 4), SPEC,
-                KernelSpec("decode_reduce", "metal", "bfloat16", 128, 16, 4, 512, True)]
+GOLDEN_SPECS = [
+    KernelSpec("decode_simt", "metal", "bfloat16", 128, 16, 4),
+    SPEC,
+    KernelSpec("decode_reduce", "metal", "bfloat16", 128, 16, 4, 512, True),
+]
 
 
 @pytest.mark.parametrize("spec", GOLDEN_SPECS, ids=lambda s: s.name)
 def test_sources_match_golden(spec):
     golden = GOLDEN / f"{spec.name}.metal"
     assert capture_metal_source(spec) == golden.read_text(), (
-        f"{spec.name} changed; if intended, run tests/golden/update_golden.py and review")
+        f"{spec.name} changed; if intended, run tests/golden/update_golden.py and review"
+    )
 
 
 def test_representative_metal_specs_compile():
@@ -43,12 +47,19 @@ def test_captured_source_is_mlx_wrapping_of_our_body():
     source = capture_metal_source(SPEC)
     body = define(SPEC).source
     assert body.strip() in source
-    assert "[[kernel]] void custom_kernel_decode_simt_splitk_metal_bf16_hd128_bs16_g4_p512_sw" in source
+    assert (
+        "[[kernel]] void custom_kernel_decode_simt_splitk_metal_bf16_hd128_bs16_g4_p512_sw"
+        in source
+    )
     # MLX added the attribute and stride arguments our body names, and nothing else.
-    for arg in ("uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]]",
-                "uint thread_index_in_simdgroup [[thread_index_in_simdgroup]]",
-                "const constant int64_t* k_pages_strides", "const device int32_t* seq_lens",
-                "const constant int32_t* window", "device float* partial_out"):
+    for arg in (
+        "uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]]",
+        "uint thread_index_in_simdgroup [[thread_index_in_simdgroup]]",
+        "const constant int64_t* k_pages_strides",
+        "const device int32_t* seq_lens",
+        "const constant int32_t* window",
+        "device float* partial_out",
+    ):
         assert arg in source
     assert "k_pages_shape" not in source and "thread_position_in_grid" not in source
     assert "template [[host_name(" in source
@@ -57,22 +68,34 @@ def test_captured_source_is_mlx_wrapping_of_our_body():
 def _capture_with_body(spec: KernelSpec, body: str) -> str:
     """MLX's wrapping of a modified body, captured the same way as the real one."""
     defn = define(spec)
-    kernel = mx.fast.metal_kernel(name=spec.name + "_broken", input_names=list(defn.input_names),
-                                  output_names=list(defn.output_names), source=body,
-                                  header=defn.header, ensure_row_contiguous=False)
+    kernel = mx.fast.metal_kernel(
+        name=spec.name + "_broken",
+        input_names=list(defn.input_names),
+        output_names=list(defn.output_names),
+        source=body,
+        header=defn.header,
+        ensure_row_contiguous=False,
+    )
     return capture_metal_source(spec, kernel=kernel)
 
 
-@pytest.mark.parametrize("breakage,replace,message", [
-    ("a misspelt variable", ("o_all / l_all", "o_all / l_sum"), "undeclared identifier"),
-    ("a CUDA builtin in Metal", ("threadgroup_barrier(mem_flags::mem_threadgroup)",
-                                  "__syncthreads()"), "__syncthreads"),
-    ("an error that only instantiation for T finds", ("static_cast<T>(o_all / l_all)",
-                                                       "static_cast<T>(o_all / l_all).bits"),
-     "no member named 'bits'"),
-    ("an ambiguous overload", ("max(pa_m[g], chunk_max)", "max(pa_m[g], pa_len)"),
-     "ambiguous"),
-])
+@pytest.mark.parametrize(
+    "breakage,replace,message",
+    [
+        ("a misspelt variable", ("o_all / l_all", "o_all / l_sum"), "undeclared identifier"),
+        (
+            "a CUDA builtin in Metal",
+            ("threadgroup_barrier(mem_flags::mem_threadgroup)", "__syncthreads()"),
+            "__syncthreads",
+        ),
+        (
+            "an error that only instantiation for T finds",
+            ("static_cast<T>(o_all / l_all)", "static_cast<T>(o_all / l_all).bits"),
+            "no member named 'bits'",
+        ),
+        ("an ambiguous overload", ("max(pa_m[g], chunk_max)", "max(pa_m[g], pa_len)"), "ambiguous"),
+    ],
+)
 def test_compile_check_rejects_a_broken_body(breakage, replace, message):
     spec = KernelSpec("decode_simt", "metal", "bfloat16", 128, 16, 4)
     body = define(spec).source

@@ -18,8 +18,9 @@ REFUSED = {
 
 
 @pytest.mark.parametrize("model_type", sorted(REFUSED))
-def test_models_the_paged_path_cannot_serve_are_refused_with_the_way_out(tiny_model_dir,
-                                                                        model_type):
+def test_models_the_paged_path_cannot_serve_are_refused_with_the_way_out(
+    tiny_model_dir, model_type
+):
     with pytest.raises(ValueError) as info:
         LLM(str(tiny_model_dir(model_type)), num_blocks=16)
     message = str(info.value)

@@ -25,7 +25,9 @@ def metadata(tables, lens_before, num_new, block_size, width):
         block_tables=bt,
         context_lens=mx.array([s + n for s, n in zip(lens_before, num_new)], dtype=mx.int32),
         offsets=mx.array(lens_before, dtype=mx.int32),
-        slot_mapping=mx.array(slots, dtype=mx.int32), num_query_tokens=width)
+        slot_mapping=mx.array(slots, dtype=mx.int32),
+        num_query_tokens=width,
+    )
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen3", "gemma3_text"])
@@ -35,13 +37,20 @@ def test_paged_prefill_and_decode_match_contiguous(tiny_model_dir, model_type):
     check_model_supported(model_type)
     args = model.args
     block_size = 4
-    pool = PagedKVPool(len(model.layers), num_blocks=16, block_size=block_size,
-                       num_kv_heads=args.num_key_value_heads, head_dim=args.head_dim)
+    pool = PagedKVPool(
+        len(model.layers),
+        num_blocks=16,
+        block_size=block_size,
+        num_kv_heads=args.num_key_value_heads,
+        head_dim=args.head_dim,
+    )
     prompts = [tok.encode("zebra quilt yodel mango"), tok.encode("hello vexed kiwi")]
     assert len(prompts[0]) > 12 and len(prompts[1]) > 8  # past gemma3's window of 8
     # Scattered, non-contiguous block ids per row, room for prompt + 5 tokens.
-    tables = [[7, 2, 11, 5, 9, 1, 12, 15][: -(-(len(prompts[0]) + 5) // block_size)],
-              [3, 14, 8, 4, 6, 10, 13][: -(-(len(prompts[1]) + 5) // block_size)]]
+    tables = [
+        [7, 2, 11, 5, 9, 1, 12, 15][: -(-(len(prompts[0]) + 5) // block_size)],
+        [3, 14, 8, 4, 6, 10, 13][: -(-(len(prompts[1]) + 5) // block_size)],
+    ]
 
     steps = 4
     for row, prompt in enumerate(prompts):

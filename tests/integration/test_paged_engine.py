@@ -10,16 +10,26 @@ from mlx_lm.sample_utils import make_logits_processors
 from mlx_paged import LLM, SamplingParams
 from mlx_paged.errors import InvalidRequestError
 
-TEXTS = ["hi", "zebra quilt yodel mango and more words here", "zebra quilt yodel mango but other",
-         "hello vexed kiwi hello", "continuous batching joins", "paged attention kv cache block"]
+TEXTS = [
+    "hi",
+    "zebra quilt yodel mango and more words here",
+    "zebra quilt yodel mango but other",
+    "hello vexed kiwi hello",
+    "continuous batching joins",
+    "paged attention kv cache block",
+]
 MAX_TOKENS = [5, 24, 12, 20, 7, 16]
 
 
 def reference(llm, prompt, max_tokens):
     eos = llm.tokenizer.eos_token_id
     procs = make_logits_processors(logit_bias={eos: -100})
-    return [r.token for r in stream_generate(llm.model, llm.tokenizer, prompt,
-                                             max_tokens=max_tokens, logits_processors=procs)]
+    return [
+        r.token
+        for r in stream_generate(
+            llm.model, llm.tokenizer, prompt, max_tokens=max_tokens, logits_processors=procs
+        )
+    ]
 
 
 def params(llm):
@@ -35,8 +45,15 @@ def assert_pool_full(llm):
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen3", "gemma3_text"])
 def test_paged_equals_single_sequence_generate(tiny_model_dir, model_type):
-    llm = LLM(str(tiny_model_dir(model_type)), kv_paged=True, block_size=4, num_blocks=96,
-              max_num_seqs=4, max_num_prefill_seqs=2, prefill_step_size=8)
+    llm = LLM(
+        str(tiny_model_dir(model_type)),
+        kv_paged=True,
+        block_size=4,
+        num_blocks=96,
+        max_num_seqs=4,
+        max_num_prefill_seqs=2,
+        prefill_step_size=8,
+    )
     prompts = [llm.tokenizer.encode(t) for t in TEXTS]
     results = llm.generate(prompts, params(llm))
     for prompt, m, r in zip(prompts, MAX_TOKENS, results):
@@ -74,8 +91,12 @@ def test_a_request_that_can_never_fit_is_refused(tiny_model_dir):
         llm.generate("hello world", SamplingParams(max_tokens=40))
     assert info.value.code == "kv_cache_too_small"
     assert "--num-blocks" in info.value.message  # the flag that sized this pool
-    budget = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4,
-                 kv_budget_bytes=llm.engine.runner.pool.nbytes)
+    budget = LLM(
+        str(tiny_model_dir("llama")),
+        kv_paged=True,
+        block_size=4,
+        kv_budget_bytes=llm.engine.runner.pool.nbytes,
+    )
     with pytest.raises(InvalidRequestError) as info:
         budget.generate("hello world", SamplingParams(max_tokens=40))
     assert "--kv-budget" in info.value.message
@@ -84,8 +105,12 @@ def test_a_request_that_can_never_fit_is_refused(tiny_model_dir):
 def test_smollm2_paged_equals_generate(smollm2_dir):
     llm = LLM(str(smollm2_dir), kv_paged=True, block_size=16, num_blocks=64)
     questions = ["What is the capital of France?", "Name a primary color."]
-    prompts = [llm.tokenizer.apply_chat_template([{"role": "user", "content": q}],
-                                                 add_generation_prompt=True) for q in questions]
+    prompts = [
+        llm.tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], add_generation_prompt=True
+        )
+        for q in questions
+    ]
     eos = llm.tokenizer.eos_token_id
     results = llm.generate(prompts, SamplingParams(max_tokens=10, logit_bias={eos: -100}))
     for prompt, r in zip(prompts, results):
@@ -95,8 +120,9 @@ def test_smollm2_paged_equals_generate(smollm2_dir):
 
 def test_default_max_tokens_shrinks_to_the_pool(tiny_model_dir):
     llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=6)
-    params = llm.engine.check_request([5, 6], SamplingParams(max_tokens=500),
-                                      max_tokens_explicit=False)
+    params = llm.engine.check_request(
+        [5, 6], SamplingParams(max_tokens=500), max_tokens_explicit=False
+    )
     assert params.max_tokens == (6 - 1 - 1) * 4 - 2
     with pytest.raises(InvalidRequestError) as info:
         llm.engine.check_request([5] * 17, SamplingParams())

@@ -9,19 +9,30 @@ from mlx_lm.sample_utils import make_logits_processors
 
 from mlx_paged import LLM, SamplingParams
 
-TEXTS = ["hi", "the quick brown fox", "paged attention kv cache block table and more",
-         "hello world hello world hello", "continuous batching joins and leaves every step",
-         "lazy dog", "block table", "the quick brown fox jumps over the lazy dog twice over"]
+TEXTS = [
+    "hi",
+    "the quick brown fox",
+    "paged attention kv cache block table and more",
+    "hello world hello world hello",
+    "continuous batching joins and leaves every step",
+    "lazy dog",
+    "block table",
+    "the quick brown fox jumps over the lazy dog twice over",
+]
 # (step at which the request arrives, max_tokens): arrivals and exits interleave.
 SCHEDULE = [(0, 6), (0, 14), (0, 9), (2, 20), (3, 5), (7, 11), (7, 3), (12, 8)]
 
 
 def run_batch_generator(model, prompts, schedule, eos, **sizes):
-    gen = BatchGenerator(model, max_tokens=64, stop_tokens=[[eos]],
-                         logits_processors=make_logits_processors(logit_bias={eos: -100}),
-                         completion_batch_size=sizes["max_num_seqs"],
-                         prefill_batch_size=sizes["max_num_prefill_seqs"],
-                         prefill_step_size=sizes["prefill_step_size"])
+    gen = BatchGenerator(
+        model,
+        max_tokens=64,
+        stop_tokens=[[eos]],
+        logits_processors=make_logits_processors(logit_bias={eos: -100}),
+        completion_batch_size=sizes["max_num_seqs"],
+        prefill_batch_size=sizes["max_num_prefill_seqs"],
+        prefill_step_size=sizes["prefill_step_size"],
+    )
     tokens, uid_of, step = {}, {}, 0
     while True:
         for i, (arrival, max_tokens) in enumerate(schedule):
@@ -77,10 +88,18 @@ def test_tiny_models_match_batch_generator(tiny_model_dir, model_type):
 def test_smollm2_matches_batch_generator(smollm2_dir):
     sizes = dict(max_num_seqs=3, max_num_prefill_seqs=2, prefill_step_size=16)
     llm = LLM(str(smollm2_dir), kv_paged=False, **sizes)
-    questions = ["What is the capital of France?", "Name a primary color.",
-                 "Why do birds sing?", "What is two plus two?"]
-    prompts = [llm.tokenizer.apply_chat_template([{"role": "user", "content": q}],
-                                                 add_generation_prompt=True) for q in questions]
+    questions = [
+        "What is the capital of France?",
+        "Name a primary color.",
+        "Why do birds sing?",
+        "What is two plus two?",
+    ]
+    prompts = [
+        llm.tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}], add_generation_prompt=True
+        )
+        for q in questions
+    ]
     schedule = [(0, 12), (0, 6), (1, 10), (4, 8)]
     eos = llm.tokenizer.eos_token_id
     ours = run_engine(llm, prompts, schedule, eos)

@@ -47,8 +47,9 @@ def test_requantized_blocks_dequantize_exactly_like_gguf():
         raw = np.asarray(tensor.data)[:64]
         cols = int(tensor.shape[0])
         packed, scales, biases, bits = requantize(raw, qtype, cols)
-        ours = mx.dequantize(mx.array(packed), mx.array(scales), mx.array(biases),
-                             group_size=32, bits=bits)
+        ours = mx.dequantize(
+            mx.array(packed), mx.array(scales), mx.array(biases), group_size=32, bits=bits
+        )
         reference = gguf.quants.dequantize(raw, tensor.tensor_type).reshape(64, cols)
         np.testing.assert_array_equal(np.array(ours), reference.astype(np.float32))
     assert seen == {"Q4_1", "Q8_0"}
@@ -60,7 +61,8 @@ def test_greedy_chat_answer_and_tokenizer(smollm2):
     model, tokenizer = smollm2
     assert tokenizer.encode("<|im_start|>system\nhi")[:3] == [1, 9690, 198]
     prompt = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True)
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True
+    )
     assert generate(model, tokenizer, prompt, max_tokens=20) == "The capital of France is Paris."
 
 

@@ -10,8 +10,12 @@ from hypothesis import strategies as st
 
 from mlx_paged.kv.block_pool import BlockPool
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
-from mlx_paged.kv.kv_cache_utils import (FreeKVCacheBlockQueue, KVCacheBlock, hash_block_tokens,
-                                      hash_request_blocks)
+from mlx_paged.kv.kv_cache_utils import (
+    FreeKVCacheBlockQueue,
+    KVCacheBlock,
+    hash_block_tokens,
+    hash_request_blocks,
+)
 
 
 @dataclass
@@ -150,8 +154,10 @@ def test_caching_off_never_hits():
     assert m.block_pool.cached_block_hash_to_block == {}
 
 
-OPS = st.lists(st.tuples(st.sampled_from(["alloc", "grow", "free"]),
-                         st.integers(0, 5), st.integers(1, 12)), max_size=60)
+OPS = st.lists(
+    st.tuples(st.sampled_from(["alloc", "grow", "free"]), st.integers(0, 5), st.integers(1, 12)),
+    max_size=60,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -189,7 +195,8 @@ def test_random_interleavings_never_leak_or_double_free(ops, block_size, caching
         assert set(free) == {b.block_id for b in pool.blocks[1:] if b.ref_cnt == 0}
         assert 0 not in free
         assert pool.num_cached_free_blocks == sum(
-            1 for b in pool.free_block_queue.get_all_free_blocks() if b.block_hash is not None)
+            1 for b in pool.free_block_queue.get_all_free_blocks() if b.block_hash is not None
+        )
     for r in live.values():
         m.free(r)
     assert pool.num_free_blocks == pool.num_usable_blocks

@@ -5,10 +5,17 @@ import pytest
 from mlx_paged.cli.main import build_parser, main, parse_size
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("4GB", 4 * 10**9), ("4G", 4 * 10**9), ("512MiB", 512 * 2**20), ("1000", 1000),
-    ("1.5gb", 1_500_000_000), ("2KiB", 2048),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("4GB", 4 * 10**9),
+        ("4G", 4 * 10**9),
+        ("512MiB", 512 * 2**20),
+        ("1000", 1000),
+        ("1.5gb", 1_500_000_000),
+        ("2KiB", 2048),
+    ],
+)
 def test_parse_size(text, expected):
     assert parse_size(text) == expected
 
@@ -21,26 +28,55 @@ def test_parse_size_rejects(text):
 
 def test_serve_defaults_match_mlx_lm_server():
     args = build_parser().parse_args(["serve"])
-    assert (args.host, args.port, args.max_tokens, args.decode_concurrency,
-            args.prompt_concurrency, args.prefill_step_size) == ("127.0.0.1", 8080, 512, 32, 8, 2048)
+    assert (
+        args.host,
+        args.port,
+        args.max_tokens,
+        args.decode_concurrency,
+        args.prompt_concurrency,
+        args.prefill_step_size,
+    ) == ("127.0.0.1", 8080, 512, 32, 8, 2048)
     assert args.kv_paged is True and args.model is None and args.api_key is None
 
 
-@pytest.mark.parametrize("argv,expected", [
-    (["--kv-paged"], True), (["--kv-paged", "on"], True), (["--kv-paged", "off"], False),
-])
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["--kv-paged"], True),
+        (["--kv-paged", "on"], True),
+        (["--kv-paged", "off"], False),
+    ],
+)
 def test_kv_paged_flag(argv, expected):
     assert build_parser().parse_args(["serve", *argv]).kv_paged is expected
 
 
 def test_bench_kernels_skip_names_every_column_a_sweep_adds():
     from mlx_paged.bench.kernels import method_names, paged_runs, unknown_skips
+
     args = build_parser().parse_args(
-        ["bench", "kernels", "--kernel", "decode_tc_splitk", "--kernel", "decode_simt",
-         "--skip", "paged_decode_simt", "--skip", "torch_sdpa"])
+        [
+            "bench",
+            "kernels",
+            "--kernel",
+            "decode_tc_splitk",
+            "--kernel",
+            "decode_simt",
+            "--skip",
+            "paged_decode_simt",
+            "--skip",
+            "torch_sdpa",
+        ]
+    )
     assert method_names(args) == [
-        "paged", "paged_decode_tc_splitk", "paged_decode_simt", "gather_sdpa",
-        "paged_read", "mlx_sdpa", "torch_sdpa"]
+        "paged",
+        "paged_decode_tc_splitk",
+        "paged_decode_simt",
+        "gather_sdpa",
+        "paged_read",
+        "mlx_sdpa",
+        "torch_sdpa",
+    ]
     assert paged_runs(args)["paged_decode_tc_splitk"] == dict(kernel="decode_tc_splitk")
     assert unknown_skips(args) == []
 

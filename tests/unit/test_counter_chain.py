@@ -8,9 +8,11 @@ from mlx_paged.kernels.counter_chain import CounterChain
 def _launch(seen, marker):
     """A stand-in for the kernel call: records the counters it got, returns an output and a
     `counters_next` shaped like them (filled with `marker` so the test can tell them apart)."""
+
     def launch(counters):
         seen.append(counters)
         return [mx.array([marker]), mx.full(counters.shape, marker, dtype=mx.int32)]
+
     return launch
 
 

@@ -13,15 +13,21 @@ def test_small_arrays_live_at_the_front_of_a_larger_buffer():
         array = np.asarray(values, dtype=np.int32)
         buffer = padded(array)
         assert array.nbytes <= SMALL_POOL_BYTES < buffer.nbytes
-        assert buffer[:array.size].tolist() == array.ravel().tolist()
-        assert not buffer[array.size:].any()
+        assert buffer[: array.size].tolist() == array.ravel().tolist()
+        assert not buffer[array.size :].any()
     big = np.arange(3, dtype=np.int32)
     assert padded(big) is big
 
 
 def test_input_array_keeps_shape_dtype_and_values():
-    for values, dtype in (([5], mx.int32), ([[1, 2]], mx.int32), ([1, 2, 3], mx.int32),
-                          ([[1, 2, 3], [4, 5, 6]], mx.int32), ([0.5], mx.float32), ([], mx.int32)):
+    for values, dtype in (
+        ([5], mx.int32),
+        ([[1, 2]], mx.int32),
+        ([1, 2, 3], mx.int32),
+        ([[1, 2, 3], [4, 5, 6]], mx.int32),
+        ([0.5], mx.float32),
+        ([], mx.int32),
+    ):
         array = input_array(values, dtype)
         assert array.dtype == dtype
         assert array.shape == np.asarray(values).shape

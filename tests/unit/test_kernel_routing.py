@@ -6,8 +6,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from mlx_paged.kernels.paged_attention_routing import (Route, partition_size_for, route,
-                                                       routed_specs)
+from mlx_paged.kernels.paged_attention_routing import Route, partition_size_for, route, routed_specs
 
 BF16 = mx.bfloat16
 
@@ -16,15 +15,22 @@ def tc(groups: int, tokens: int) -> Route:
     return route("cuda", BF16, 128, 16, groups, tokens)
 
 
-@pytest.mark.parametrize("args", [("metal", BF16, 128, 16), ("cuda", mx.float32, 128, 16),
-                                  ("cuda", BF16, 80, 16), ("cuda", BF16, 256, 16),
-                                  ("cuda", BF16, 128, 8)])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("metal", BF16, 128, 16),
+        ("cuda", mx.float32, 128, 16),
+        ("cuda", BF16, 80, 16),
+        ("cuda", BF16, 256, 16),
+        ("cuda", BF16, 128, 8),
+    ],
+)
 def test_simt_kernels_serve_where_tensor_cores_are_not_measured(args):
-    assert route(*args, 8, 512) == Route("decode_simt", 0)          # one partition
+    assert route(*args, 8, 512) == Route("decode_simt", 0)  # one partition
     assert route(*args, 8, 32768) == Route("decode_simt_splitk", 512)
-    assert route(*args, 512, 2048) == Route("decode_simt", 0)       # 512 groups, 4 partitions
+    assert route(*args, 512, 2048) == Route("decode_simt", 0)  # 512 groups, 4 partitions
     assert route(*args, 512, 2560) == Route("decode_simt_splitk", 512)
-    assert route(*args, 1024, 32768) == Route("decode_simt", 0)     # the GPU is full
+    assert route(*args, 1024, 32768) == Route("decode_simt", 0)  # the GPU is full
 
 
 def test_tensor_core_single_pass_from_40_groups_wide_up_to_72():
@@ -32,9 +38,9 @@ def test_tensor_core_single_pass_from_40_groups_wide_up_to_72():
     assert tc(40, 8192) == Route("decode_tc_wide", 0)
     assert tc(72, 8192) == Route("decode_tc_wide", 0)
     assert tc(73, 8192) == Route("decode_tc", 0)
-    assert tc(8, 2048) == Route("decode_tc_wide", 0)    # short tables: always one pass
+    assert tc(8, 2048) == Route("decode_tc_wide", 0)  # short tables: always one pass
     assert tc(8, 2064) == Route("decode_tc_splitk", 1024)
-    assert tc(1, 1024) == Route("decode_tc_wide", 0)    # one partition
+    assert tc(1, 1024) == Route("decode_tc_wide", 0)  # one partition
 
 
 def test_tensor_core_split_k_past_16k_loads_straight_to_registers():
@@ -48,12 +54,22 @@ def test_tensor_core_split_k_past_16k_loads_straight_to_registers():
     assert tc(384, 8192) == Route("decode_tc", 0)
 
 
-@pytest.mark.parametrize("groups,tokens,size", [
-    (8, 32768, 1024), (16, 32768, 2048), (32, 32768, 4096), (39, 32768, 4096),
-    (8, 20480, 1024), (8, 65536, 2048), (40, 32768, 2048), (8, 16384, 1024),
-])
+@pytest.mark.parametrize(
+    "groups,tokens,size",
+    [
+        (8, 32768, 1024),
+        (16, 32768, 2048),
+        (32, 32768, 4096),
+        (39, 32768, 4096),
+        (8, 20480, 1024),
+        (8, 65536, 2048),
+        (40, 32768, 2048),
+        (8, 16384, 1024),
+    ],
+)
 def test_few_groups_on_long_tables_take_the_partitions_closest_to_256_threadgroups(
-        groups, tokens, size):
+    groups, tokens, size
+):
     assert partition_size_for("decode_tc_splitk_direct", groups, tokens) == size
 
 
@@ -66,13 +82,17 @@ def test_forced_kernels_get_their_own_partition_lengths():
 
 def test_routed_specs_are_what_warm_up_compiles():
     cuda = [s.name for s in routed_specs("cuda", BF16, 128, 16, 4, False)]
-    assert cuda == ["decode_tc_wide_cuda_bf16_hd128_bs16_g4",
-                    "decode_tc_cuda_bf16_hd128_bs16_g4",
-                    "decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024",
-                    "decode_tc_splitk_direct_cuda_bf16_hd128_bs16_g4_p1024",
-                    "decode_tc_splitk_direct_cuda_bf16_hd128_bs16_g4_p2048",
-                    "decode_tc_splitk_direct_cuda_bf16_hd128_bs16_g4_p4096"]
+    assert cuda == [
+        "decode_tc_wide_cuda_bf16_hd128_bs16_g4",
+        "decode_tc_cuda_bf16_hd128_bs16_g4",
+        "decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024",
+        "decode_tc_splitk_direct_cuda_bf16_hd128_bs16_g4_p1024",
+        "decode_tc_splitk_direct_cuda_bf16_hd128_bs16_g4_p2048",
+        "decode_tc_splitk_direct_cuda_bf16_hd128_bs16_g4_p4096",
+    ]
     metal = [s.name for s in routed_specs("metal", BF16, 128, 16, 4, True)]
-    assert metal == ["decode_simt_metal_bf16_hd128_bs16_g4_sw",
-                     "decode_simt_splitk_metal_bf16_hd128_bs16_g4_p512_sw",
-                     "decode_reduce_metal_bf16_hd128_bs16_g4_p512_sw"]
+    assert metal == [
+        "decode_simt_metal_bf16_hd128_bs16_g4_sw",
+        "decode_simt_splitk_metal_bf16_hd128_bs16_g4_p512_sw",
+        "decode_reduce_metal_bf16_hd128_bs16_g4_p512_sw",
+    ]

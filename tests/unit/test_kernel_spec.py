@@ -7,15 +7,23 @@ import dataclasses
 
 import pytest
 
-from mlx_paged.codegen.build import (KernelDefinition, KernelRenderError, check_definition,
-                                     cuda_dynamic_shared)
+from mlx_paged.codegen.build import (
+    KernelDefinition,
+    KernelRenderError,
+    check_definition,
+    cuda_dynamic_shared,
+)
 from mlx_paged.kernels.catalog import all_specs, representative_specs
 from mlx_paged.kernels.kernel_spec import KERNELS, KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.paged_attention_geometry import Geometry, define, geometry
 
-METAL_ATTRIBUTES = ("threadgroup_position_in_grid", "threadgroups_per_grid",
-                    "thread_index_in_simdgroup", "simdgroup_index_in_threadgroup",
-                    "thread_index_in_threadgroup")
+METAL_ATTRIBUTES = (
+    "threadgroup_position_in_grid",
+    "threadgroups_per_grid",
+    "thread_index_in_simdgroup",
+    "simdgroup_index_in_threadgroup",
+    "thread_index_in_threadgroup",
+)
 
 
 def test_names_say_kernel_and_shape_and_parse_back():
@@ -39,20 +47,34 @@ def test_the_catalog_is_the_routed_kernels_at_every_shape():
     assert {s.kernel for s in cuda} == set(KERNELS)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(head_dim=48), "head_dim=48"), (dict(block_size=64), "block_size=64"),
-    (dict(gqa=9), "gqa=9"), (dict(dtype="int8"), "dtype='int8'"),
-    (dict(backend="vulkan"), "backend='vulkan'"),
-    (dict(partition_size=512), "single pass and takes no partition size"),
-    (dict(kernel="decode_simt_splitk"), "partitions of 512 tokens"),
-    (dict(kernel="decode_tc"), "tensor-core kernels are CUDA only"),
-    (dict(kernel="decode_tc", backend="cuda", dtype="float32"), "bf16/fp16"),
-    (dict(kernel="decode_tc", backend="cuda", block_size=8), "16-token sub-pages"),
-    (dict(kernel="decode_tc", backend="cuda", head_dim=96), "head_dim 64 and 128"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(head_dim=48), "head_dim=48"),
+        (dict(block_size=64), "block_size=64"),
+        (dict(gqa=9), "gqa=9"),
+        (dict(dtype="int8"), "dtype='int8'"),
+        (dict(backend="vulkan"), "backend='vulkan'"),
+        (dict(partition_size=512), "single pass and takes no partition size"),
+        (dict(kernel="decode_simt_splitk"), "partitions of 512 tokens"),
+        (dict(kernel="decode_tc"), "tensor-core kernels are CUDA only"),
+        (dict(kernel="decode_tc", backend="cuda", dtype="float32"), "bf16/fp16"),
+        (dict(kernel="decode_tc", backend="cuda", block_size=8), "16-token sub-pages"),
+        (dict(kernel="decode_tc", backend="cuda", head_dim=96), "head_dim 64 and 128"),
+    ],
+)
 def test_unsupported_specs_raise_naming_the_spec(kwargs, message):
-    args = dict(kernel="decode_simt", backend="metal", dtype="bfloat16", head_dim=128,
-                block_size=16, gqa=4) | kwargs
+    args = (
+        dict(
+            kernel="decode_simt",
+            backend="metal",
+            dtype="bfloat16",
+            head_dim=128,
+            block_size=16,
+            gqa=4,
+        )
+        | kwargs
+    )
     with pytest.raises(UnsupportedSpecError, match=message) as info:
         KernelSpec(**args)
     assert args["kernel"] in str(info.value)
@@ -61,21 +83,64 @@ def test_unsupported_specs_raise_naming_the_spec(kwargs, message):
 def test_unknown_kernels_and_garbage_names_are_refused():
     with pytest.raises(UnsupportedSpecError, match="is not a kernel"):
         KernelSpec("decode_fast", "cuda", "bfloat16", 128)
-    for name in ("paged_decode_metal_bf16_hd128_bs16_g4_p0", "decode_simt_metal_bf16_hd128",
-                 "decode_simt_metal_bf16_hd128_bs16_g4_q7", "decode_simt_metal_xx_hd128_bs16_g4"):
+    for name in (
+        "paged_decode_metal_bf16_hd128_bs16_g4_p0",
+        "decode_simt_metal_bf16_hd128",
+        "decode_simt_metal_bf16_hd128_bs16_g4_q7",
+        "decode_simt_metal_xx_hd128_bs16_g4",
+    ):
         with pytest.raises(UnsupportedSpecError):
             KernelSpec.parse(name)
 
 
-@pytest.mark.parametrize("dtype,hd,bs,g,expected", [
-    ("bfloat16", 128, 16, 4, Geometry(nsg=4, tpr=16, epl=8, chunk=8, vector_loads=True, stages=1, stage_rows=0)),
-    ("bfloat16", 128, 16, 8, Geometry(nsg=4, tpr=16, epl=8, chunk=4, vector_loads=True, stages=1, stage_rows=0)),
-    ("float32", 128, 16, 4, Geometry(nsg=4, tpr=32, epl=4, chunk=8, vector_loads=True, stages=1, stage_rows=0)),
-    ("bfloat16", 80, 8, 3, Geometry(nsg=4, tpr=8, epl=10, chunk=2, vector_loads=False, stages=1, stage_rows=0)),
-    ("float32", 96, 32, 1, Geometry(nsg=4, tpr=16, epl=6, chunk=16, vector_loads=False, stages=1, stage_rows=0)),
-    # 4 simdgroups x 8 heads x 256 dims of fp32 would need 33 KB: halved to 2 simdgroups.
-    ("bfloat16", 256, 16, 8, Geometry(nsg=2, tpr=32, epl=8, chunk=4, vector_loads=True, stages=1, stage_rows=0)),
-])
+@pytest.mark.parametrize(
+    "dtype,hd,bs,g,expected",
+    [
+        (
+            "bfloat16",
+            128,
+            16,
+            4,
+            Geometry(nsg=4, tpr=16, epl=8, chunk=8, vector_loads=True, stages=1, stage_rows=0),
+        ),
+        (
+            "bfloat16",
+            128,
+            16,
+            8,
+            Geometry(nsg=4, tpr=16, epl=8, chunk=4, vector_loads=True, stages=1, stage_rows=0),
+        ),
+        (
+            "float32",
+            128,
+            16,
+            4,
+            Geometry(nsg=4, tpr=32, epl=4, chunk=8, vector_loads=True, stages=1, stage_rows=0),
+        ),
+        (
+            "bfloat16",
+            80,
+            8,
+            3,
+            Geometry(nsg=4, tpr=8, epl=10, chunk=2, vector_loads=False, stages=1, stage_rows=0),
+        ),
+        (
+            "float32",
+            96,
+            32,
+            1,
+            Geometry(nsg=4, tpr=16, epl=6, chunk=16, vector_loads=False, stages=1, stage_rows=0),
+        ),
+        # 4 simdgroups x 8 heads x 256 dims of fp32 would need 33 KB: halved to 2 simdgroups.
+        (
+            "bfloat16",
+            256,
+            16,
+            8,
+            Geometry(nsg=2, tpr=32, epl=8, chunk=4, vector_loads=True, stages=1, stage_rows=0),
+        ),
+    ],
+)
 def test_simt_geometry(dtype, hd, bs, g, expected):
     assert geometry(KernelSpec("decode_simt", "cuda", dtype, hd, bs, g)) == expected
 
@@ -104,8 +169,7 @@ def test_split_kernels_write_partials_and_the_fused_one_merges():
     assert fused.output_names == ("out", "partials", "counters_next")
     assert fused.input_names[-1] == "counters" and "atomicAdd(fr_counter, 1)" in fused.source
     reduce = define(KernelSpec.parse("decode_reduce_cuda_bf16_hd128_bs16_g4_p512_sw"))
-    assert reduce.input_names == ("partial_out", "partial_max", "partial_sum", "seq_lens",
-                                  "window")
+    assert reduce.input_names == ("partial_out", "partial_max", "partial_sum", "seq_lens", "window")
 
 
 def test_cuda_ring_beside_static_memory_asks_mlx_to_raise_the_limit():
@@ -146,9 +210,17 @@ def test_metal_names_appear_literally_and_cuda_uses_its_own():
 
 
 def _definition(**changes) -> KernelDefinition:
-    fields = dict(name="k", backend="metal", spec=None, source="out[0] = inp[0];", header="",
-                  input_names=("inp",), output_names=("out",), threads_per_threadgroup=128,
-                  threadgroup_bytes=1024)
+    fields = dict(
+        name="k",
+        backend="metal",
+        spec=None,
+        source="out[0] = inp[0];",
+        header="",
+        input_names=("inp",),
+        output_names=("out",),
+        threads_per_threadgroup=128,
+        threadgroup_bytes=1024,
+    )
     return KernelDefinition(**(fields | changes))
 
 

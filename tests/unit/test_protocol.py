@@ -16,44 +16,50 @@ def chat(tok, **body):
     return parse_chat({"messages": MSG, **body}, tok, DEFAULTS)
 
 
-@pytest.mark.parametrize("raw,fragment", [
-    (b"{not json", "not valid JSON"),
-    (b"[1, 2]", "must be a JSON object"),
-    (b"\xff\xfe", "not UTF-8"),
-])
+@pytest.mark.parametrize(
+    "raw,fragment",
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b"\xff\xfe", "not UTF-8"),
+    ],
+)
 def test_body_must_be_a_json_object(raw, fragment):
     with pytest.raises(InvalidRequestError) as info:
         parse_json_body(raw)
     assert fragment in info.value.message and info.value.status == 400
 
 
-@pytest.mark.parametrize("body,param", [
-    ({"messages": None}, "messages"),
-    ({"messages": []}, "messages"),
-    ({"messages": "hi"}, "messages"),
-    ({"messages": [{"role": "wizard", "content": "x"}]}, "messages"),
-    ({"messages": [{"role": "user"}]}, "messages"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
-    ({"max_tokens": 0}, "max_tokens"),
-    ({"max_tokens": -5}, "max_tokens"),
-    ({"max_tokens": "10"}, "max_tokens"),
-    ({"max_tokens": 10**9}, "max_tokens"),
-    ({"max_completion_tokens": 0}, "max_completion_tokens"),
-    ({"temperature": "hot"}, "temperature"),
-    ({"temperature": -1}, "temperature"),
-    ({"top_p": 0}, "top_p"),
-    ({"n": 2}, "n"),
-    ({"stop": 5}, "stop"),
-    ({"logit_bias": {"abc": 1}}, "logit_bias"),
-    ({"logprobs": "yes"}, "logprobs"),
-    ({"top_logprobs": 3}, "top_logprobs"),
-    ({"stream": "true"}, "stream"),
-    ({"stream_options": {"include_usage": True}}, "stream_options"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"functions": [{"name": "f"}]}, "functions"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-    ({"seed": "x"}, "seed"),
-])
+@pytest.mark.parametrize(
+    "body,param",
+    [
+        ({"messages": None}, "messages"),
+        ({"messages": []}, "messages"),
+        ({"messages": "hi"}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages"),
+        ({"messages": [{"role": "user"}]}, "messages"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": -5}, "max_tokens"),
+        ({"max_tokens": "10"}, "max_tokens"),
+        ({"max_tokens": 10**9}, "max_tokens"),
+        ({"max_completion_tokens": 0}, "max_completion_tokens"),
+        ({"temperature": "hot"}, "temperature"),
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 0}, "top_p"),
+        ({"n": 2}, "n"),
+        ({"stop": 5}, "stop"),
+        ({"logit_bias": {"abc": 1}}, "logit_bias"),
+        ({"logprobs": "yes"}, "logprobs"),
+        ({"top_logprobs": 3}, "top_logprobs"),
+        ({"stream": "true"}, "stream"),
+        ({"stream_options": {"include_usage": True}}, "stream_options"),
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"functions": [{"name": "f"}]}, "functions"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"seed": "x"}, "seed"),
+    ],
+)
 def test_chat_rejections_name_the_field(tiny_tokenizer, body, param):
     full = {"messages": MSG, **body}
     with pytest.raises(InvalidRequestError) as info:
@@ -106,17 +112,27 @@ def test_completion_prompt_rejections(tiny_tokenizer, prompt):
 def test_completion_rejects_echo_and_suffix(tiny_tokenizer):
     for field in ("echo", "suffix"):
         with pytest.raises(InvalidRequestError) as info:
-            parse_completion({"prompt": "x", field: True if field == "echo" else "tail"},
-                             tiny_tokenizer, DEFAULTS)
+            parse_completion(
+                {"prompt": "x", field: True if field == "echo" else "tail"},
+                tiny_tokenizer,
+                DEFAULTS,
+            )
         assert info.value.param == field
 
 
 def test_assistant_tool_call_arguments_are_decoded_for_the_template(tiny_tokenizer):
-    call = {"id": "c1", "type": "function",
-            "function": {"name": "f", "arguments": json.dumps({"x": 1})}}
-    body = {"messages": [{"role": "user", "content": "q"},
-                         {"role": "assistant", "content": None, "tool_calls": [call]},
-                         {"role": "tool", "content": "42", "tool_call_id": "c1"}]}
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "f", "arguments": json.dumps({"x": 1})},
+    }
+    body = {
+        "messages": [
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "content": "42", "tool_call_id": "c1"},
+        ]
+    }
     parse_chat(body, tiny_tokenizer, DEFAULTS)  # renders without raising
     bad = {**call, "function": {"name": "f", "arguments": "{oops"}}
     body["messages"][1]["tool_calls"] = [bad]

@@ -8,8 +8,12 @@ from email.message import Message
 import pytest
 
 from mlx_paged.errors import InvalidRequestError
-from mlx_paged.server.request_body import (MAX_JSON_DEPTH, content_length, parse_json_body,
-                                           read_exactly)
+from mlx_paged.server.request_body import (
+    MAX_JSON_DEPTH,
+    content_length,
+    parse_json_body,
+    read_exactly,
+)
 
 
 def headers(*pairs) -> Message:
@@ -19,16 +23,19 @@ def headers(*pairs) -> Message:
     return msg
 
 
-@pytest.mark.parametrize("pairs,status,fragment", [
-    ((), 411, "required"),
-    ((("Content-Length", "-1"),), 400, "non-negative"),
-    ((("Content-Length", "+5"),), 400, "non-negative"),
-    ((("Content-Length", "1e3"),), 400, "non-negative"),
-    ((("Content-Length", "٣"),), 400, "non-negative"),  # a digit, but not an ASCII one
-    ((("Content-Length", "5"), ("Content-Length", "5")), 400, "more than one"),
-    ((("Content-Length", "5"), ("Transfer-Encoding", "chunked")), 411, "Transfer-Encoding"),
-    ((("Content-Length", "101"),), 413, "--max-request-bytes"),
-])
+@pytest.mark.parametrize(
+    "pairs,status,fragment",
+    [
+        ((), 411, "required"),
+        ((("Content-Length", "-1"),), 400, "non-negative"),
+        ((("Content-Length", "+5"),), 400, "non-negative"),
+        ((("Content-Length", "1e3"),), 400, "non-negative"),
+        ((("Content-Length", "٣"),), 400, "non-negative"),  # a digit, but not an ASCII one
+        ((("Content-Length", "5"), ("Content-Length", "5")), 400, "more than one"),
+        ((("Content-Length", "5"), ("Transfer-Encoding", "chunked")), 411, "Transfer-Encoding"),
+        ((("Content-Length", "101"),), 413, "--max-request-bytes"),
+    ],
+)
 def test_content_length_refusals(pairs, status, fragment):
     with pytest.raises(InvalidRequestError) as info:
         content_length(headers(*pairs), max_bytes=100)
@@ -49,13 +56,16 @@ def test_read_exactly_refuses_a_short_body_and_says_when_the_deadline_cut_it():
     assert info.value.status == 408
 
 
-@pytest.mark.parametrize("raw,fragment", [
-    (b"[" * 10_000 + b"]" * 10_000, "deeper than"),
-    (b'{"a": ' + b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH + b"}", "deeper than"),
-    (b'{"a": "\\udc00"}', "surrogate"),
-    (b'{"\\ud800": 1}', "surrogate"),
-    (b"\xff", "UTF-8"),
-])
+@pytest.mark.parametrize(
+    "raw,fragment",
+    [
+        (b"[" * 10_000 + b"]" * 10_000, "deeper than"),
+        (b'{"a": ' + b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH + b"}", "deeper than"),
+        (b'{"a": "\\udc00"}', "surrogate"),
+        (b'{"\\ud800": 1}', "surrogate"),
+        (b"\xff", "UTF-8"),
+    ],
+)
 def test_json_bodies_that_could_hurt_are_refused(raw, fragment):
     with pytest.raises(InvalidRequestError) as info:
         parse_json_body(raw)

@@ -4,18 +4,44 @@ from mlx_paged.errors import InvalidRequestError
 from mlx_paged.sampling.sampling_params import SamplingParams
 
 
-@pytest.mark.parametrize("field,value", [
-    ("max_tokens", 0), ("max_tokens", -3), ("max_tokens", 2.5), ("max_tokens", True),
-    ("temperature", -0.1), ("temperature", float("nan")), ("top_p", 0.0), ("top_p", 1.5),
-    ("top_k", -1), ("min_p", 2.0), ("repetition_penalty", 0.0), ("presence_penalty", 3.0),
-    ("frequency_penalty", -2.5), ("repetition_context_size", 0), ("seed", "7"),
-    ("seed", 1.5), ("top_logprobs", 21), ("top_logprobs", -1), ("xtc_probability", 1.5),
-    ("stop", [""]), ("stop", ["x"] * 17), ("stop", ["y" * 257]), ("logit_bias", {1: 500}),
-    # Values MLX cannot hold, which used to throw inside the shared engine step.
-    ("repetition_penalty", 10**19), ("repetition_penalty", 101), ("logit_bias", {5: 10**19}),
-    ("repetition_context_size", 10**19), ("presence_context_size", 2**31),
-    ("seed", -1), ("seed", 2**64), ("seed", True), ("stop_token_ids", [1.5]),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("max_tokens", 0),
+        ("max_tokens", -3),
+        ("max_tokens", 2.5),
+        ("max_tokens", True),
+        ("temperature", -0.1),
+        ("temperature", float("nan")),
+        ("top_p", 0.0),
+        ("top_p", 1.5),
+        ("top_k", -1),
+        ("min_p", 2.0),
+        ("repetition_penalty", 0.0),
+        ("presence_penalty", 3.0),
+        ("frequency_penalty", -2.5),
+        ("repetition_context_size", 0),
+        ("seed", "7"),
+        ("seed", 1.5),
+        ("top_logprobs", 21),
+        ("top_logprobs", -1),
+        ("xtc_probability", 1.5),
+        ("stop", [""]),
+        ("stop", ["x"] * 17),
+        ("stop", ["y" * 257]),
+        ("logit_bias", {1: 500}),
+        # Values MLX cannot hold, which used to throw inside the shared engine step.
+        ("repetition_penalty", 10**19),
+        ("repetition_penalty", 101),
+        ("logit_bias", {5: 10**19}),
+        ("repetition_context_size", 10**19),
+        ("presence_context_size", 2**31),
+        ("seed", -1),
+        ("seed", 2**64),
+        ("seed", True),
+        ("stop_token_ids", [1.5]),
+    ],
+)
 def test_out_of_range_fields_name_themselves(field, value):
     with pytest.raises(InvalidRequestError) as info:
         SamplingParams(**{field: value})

@@ -6,13 +6,13 @@ import pytest
 
 from mlx_paged.bench import sass_stalls
 
-_CSV = '''"Kernel Name","custom_kernel_x"
+_CSV = """"Kernel Name","custom_kernel_x"
 "Address","Source","Warp Stall Sampling (All Samples)","stall_long_sb","stall_short_sb","stall_long_sb (Not Issued)"
 "0x10","LDG.E R2, [R4.64]","1","0","0","0"
 "0x20","IMAD R3, R2, R2, RZ","1,200","1,190","0","900"
 "0x30","SHFL.IDX PT, R5, R3, RZ, 0x1f","300","0","300","0"
 "0x40","IMAD R6, R5, R5, RZ","99","0","99","0"
-'''
+"""
 
 
 def test_report_ranks_instructions_by_stall_samples():

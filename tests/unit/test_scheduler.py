@@ -1,8 +1,8 @@
 """Scheduler policy, step by step, with exact expectations."""
 
 from mlx_paged.engine.request import Request, RequestStatus
-from mlx_paged.sampling.sampling_params import SamplingParams
 from mlx_paged.engine.scheduler import Scheduler
+from mlx_paged.sampling.sampling_params import SamplingParams
 
 
 def req(name: str, n: int, **params) -> Request:

@@ -19,17 +19,30 @@ def run(pieces):
 
 
 def test_split_markers_and_call_are_extracted():
-    content, calls = run(["Sure. <tool", "_call>{\"name\": \"get\", ", "\"arguments\": {\"city\": ",
-                          "\"Paris\"}}</tool_", "call> done"])
+    content, calls = run(
+        [
+            "Sure. <tool",
+            '_call>{"name": "get", ',
+            '"arguments": {"city": ',
+            '"Paris"}}</tool_',
+            "call> done",
+        ]
+    )
     assert content == "Sure.  done"
-    assert calls == [{"index": 0, "id": calls[0]["id"], "type": "function",
-                      "function": {"name": "get", "arguments": "{\"city\": \"Paris\"}"}}]
+    assert calls == [
+        {
+            "index": 0,
+            "id": calls[0]["id"],
+            "type": "function",
+            "function": {"name": "get", "arguments": '{"city": "Paris"}'},
+        }
+    ]
     assert calls[0]["id"].startswith("call_")
 
 
 def test_two_calls_get_increasing_indices():
-    one = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>"
-    two = "<tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>"
+    one = '<tool_call>{"name": "a", "arguments": {}}</tool_call>'
+    two = '<tool_call>{"name": "b", "arguments": {}}</tool_call>'
     _, calls = run([one + two])
     assert [(c["index"], c["function"]["name"]) for c in calls] == [(0, "a"), (1, "b")]
 
