@@ -42,6 +42,9 @@ lint: $(VENV)/.installed
 test: lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+bench-docs: $(VENV)/.installed
+	$(BIN)/python -m mlx_paged.bench.report
+
 bench: $(VENV)/.installed
 	$(BIN)/mlx-paged bench throughput $(ARGS)
 

@@ -22,11 +22,12 @@ from mlx_paged.bench.problems import contiguous_kv, standard_problem
 from mlx_paged.kernels.paged_attention import paged_attention_decode
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], pool_bytes: int = 4 << 30) -> None:
+    """Run the calls `argv` asks for (see the module docstring) on a pool of `pool_bytes`."""
     batch, context = int(argv[0]), int(argv[1])
     kernel = argv[2] if len(argv) > 2 and argv[2] != "-" else None
     partition = int(argv[3]) if len(argv) > 3 else None
-    queries, k_pages, v_pages, tables, lens = standard_problem(batch, context)
+    queries, k_pages, v_pages, tables, lens = standard_problem(batch, context, pool_bytes)
     if kernel == "sdpa":
         k, v = contiguous_kv(k_pages, v_pages, tables, context)
     for _ in range(3):

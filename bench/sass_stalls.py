@@ -1,7 +1,7 @@
 """Where a kernel's warps stall, instruction by instruction, from Nsight Compute's source page:
 
     ncu --section WarpStateStats --section SourceCounters -k regex:paged --launch-skip 2 \\
-        --launch-count 1 -o rep python3 -m mlx_paged.bench.ncu_target 8 8192 mma_s3_fused
+        --launch-count 1 -o rep python3 -m mlx_paged.bench.ncu_target 8 8192 decode_tc_splitk
     ncu --import rep.ncu-rep --page source --csv --print-source sass > sass.csv
     python3 -m mlx_paged.bench.sass_stalls sass.csv
 

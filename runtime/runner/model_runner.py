@@ -1,4 +1,5 @@
-"""The interface between the engine loop and a KV path (contiguous today, paged next).
+"""The interface between the engine loop and a KV path: contiguous (`ContiguousRunner`) or paged
+(`PagedRunner`).
 
 A runner owns the model's per-layer caches and the rows' device-side state. The engine calls,
 once per step, `decode` for the running rows and then `run_prompts` for the prompt work; finished

@@ -1,0 +1,64 @@
+"""The README's headline table: one row per public benchmark, each figure linking to its
+section of docs/benchmarks.md (generated with it by `make bench-docs`)."""
+
+from __future__ import annotations
+
+DOC = "docs/benchmarks.md"
+
+
+def _link(text: str, anchor: str) -> str:
+    return f"[{text}]({DOC}#{anchor})"
+
+
+def _kernel_row(chained: dict) -> list[str]:
+    big = [r for r in chained["rows"] if r["kv_bytes"] >= 2**30]
+    of_copy = [r["tb_s"]["paged"] / chained["copy"]["copy_tb_s"] for r in big]
+    vs_mlx = [r["us"]["mlx_sdpa"] / r["us"]["paged"] for r in big]
+    return [
+        "decode attention, 1-8 GiB of KV, chained calls (H200)",
+        _link(
+            f"{min(of_copy):.0%}-{max(of_copy):.0%} of copy bandwidth", "decode-attention-kernels"
+        ),
+        "MLX SDPA on contiguous K/V",
+        f"{min(vs_mlx):.2f}-{max(vs_mlx):.2f}x",
+    ]
+
+
+def headline(chained: dict, decode: dict, memory: dict, prefix: dict, throughput: dict) -> str:
+    """The Markdown table (no trailing newline)."""
+    paged, bg = decode["methods"]["paged_kernel"], decode["methods"]["batch_generator"]
+    dense = memory["results"]["paged"]["sequences_at_budget"]
+    padded = memory["results"]["mlx_lm_batch_generator"]["sequences_at_budget"]
+    ratios = [r["paged_vs_batch_generator"] for r in throughput["rows"]]
+    rows = [
+        [
+            f"decode, 1B llama, batch {decode['batch']} x {decode['prompt_tokens']} (H200)",
+            _link(f"{paged['decode_tok_s']:,.0f} tok/s", "end-to-end-decode-throughput"),
+            f"mlx-lm `BatchGenerator` {bg['decode_tok_s']:,.0f} tok/s",
+            f"{paged['vs_batch_generator']:.2f}x",
+        ],
+        _kernel_row(chained),
+        [
+            "sequences in the same KV memory",
+            _link(f"{dense:.1f}", "kv-memory-density"),
+            f"left-padded caches {padded:.1f}",
+            f"{dense / padded:.1f}x",
+        ],
+        [
+            "time to first token behind a cached system prompt (CPU)",
+            _link(f"{prefix['warm_ttft_s']:.2f} s", "prefix-caching"),
+            f"cold {prefix['cold_ttft_s']:.1f} s",
+            f"{prefix['speedup']:.1f}x",
+        ],
+        [
+            "engine tokens/s, SmolLM2 (CPU)",
+            _link(
+                f"{min(ratios):.2f}-{max(ratios):.2f}x of `BatchGenerator`",
+                "engine-throughput-against-mlx-lms-batchgenerator",
+            ),
+            "mlx-lm `BatchGenerator`",
+            f"{min(ratios):.2f}-{max(ratios):.2f}x",
+        ],
+    ]
+    lines = ["| | mlx-paged | peer | ratio |", "| --- | --- | --- | --- |"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])

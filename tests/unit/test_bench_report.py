@@ -1,0 +1,29 @@
+"""docs/benchmarks.md is what `make bench-docs` makes of bench/results/, and every committed
+result is referenced from the docs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlx_paged.bench import report
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def test_benchmarks_doc_is_generated_from_the_committed_results():
+    assert report.DOC.read_text() == report.render(), "run `make bench-docs`"
+
+
+def test_every_result_file_is_referenced_from_the_docs():
+    docs = "\n".join(p.read_text() for p in [ROOT / "README.md", *ROOT.glob("docs/*.md")])
+    for path in (ROOT / "bench" / "results").iterdir():
+        assert path.name in docs, f"{path.name} is referenced nowhere in the docs"
+
+
+def test_check_mode_fails_on_a_stale_doc(tmp_path, monkeypatch, capsys):
+    stale = tmp_path / "benchmarks.md"
+    stale.write_text("# Benchmarks\n")
+    monkeypatch.setattr(report, "DOC", stale)
+    assert report.main(["--check"]) == 1
+    assert "make bench-docs" in capsys.readouterr().err
+    assert report.main([]) == 0 and report.main(["--check"]) == 0
