@@ -40,27 +40,54 @@ def _decode_tok_s(run, batch: int, new: int, repeats: int) -> tuple[float, list[
     return statistics.median(samples), samples
 
 
-def main(args) -> int:
-    from mlx_paged import LLM
+RANDOM_MODEL = "random llama 1B (hidden 2048, 16 layers, 32/8 heads, bf16)"
 
+
+def main(args) -> int:
+    """Time decode of every method at `args.batch` x `args.prompt`; writes `args.out`."""
     from .random_llama import build_random_llama
 
-    tmp = None
-    model = args.model
-    if model is None:
-        tmp = tempfile.TemporaryDirectory()
-        print(
-            "building a random ~1B llama (hidden 2048, 16 layers, 32/8 heads, bf16)...", flush=True
-        )
-        model = str(build_random_llama(Path(tmp.name) / "llama-1b-random"))
-    rng = np.random.default_rng(0)
-    prompts = [rng.integers(2, 32000, size=args.prompt).tolist() for _ in range(args.batch)]
-    common = dict(
-        max_num_seqs=args.batch,
-        max_num_prefill_seqs=args.prefill_batch,
-        prefill_step_size=args.prompt,
-        enable_prefix_caching=False,
-    )
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.model
+        if model is None:
+            print(f"building a {RANDOM_MODEL}...", flush=True)
+            model = str(build_random_llama(Path(tmp) / "llama-1b-random"))
+        rng = np.random.default_rng(0)
+        prompts = [rng.integers(2, 32000, size=args.prompt).tolist() for _ in range(args.batch)]
+        methods, bg_model = _engine_methods(model, prompts, args)
+        samples = _decode_tok_s(
+            lambda n: run_batch_generator(bg_model, prompts, n, args.batch)[0],
+            args.batch, args.new, args.repeats,
+        )  # fmt: skip
+        methods["batch_generator"] = _method("batch_generator", *samples)
+    base = methods["batch_generator"]["decode_tok_s"]
+    for entry in methods.values():
+        entry["vs_batch_generator"] = entry["decode_tok_s"] / base
+    result = {"model": args.model or RANDOM_MODEL,
+              "device": mx.device_info().get("device_name", str(mx.default_device())),
+              "mlx": mx.__version__, "machine": platform.machine(), "batch": args.batch,
+              "prompt_tokens": args.prompt, "new_tokens": args.new, "repeats": args.repeats,
+              "statistic": "median", "methods": methods}  # fmt: skip
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+def _method(name: str, tok_s: float, samples: list[float]) -> dict:
+    runs = ", ".join(f"{s:.1f}" for s in samples)
+    print(f"{name:16s} {tok_s:9.1f} decode tok/s  (runs: {runs})", flush=True)
+    return {"decode_tok_s": tok_s, "samples": samples}
+
+
+def _engine_methods(model: str, prompts: list, args) -> tuple[dict, object]:
+    """The engine's three paths, one after another; also the contiguous path's model, which
+    `BatchGenerator` then reuses."""
+    from mlx_paged import LLM
+
+    common = dict(max_num_seqs=args.batch, max_num_prefill_seqs=args.prefill_batch,
+                  prefill_step_size=args.prompt, enable_prefix_caching=False)  # fmt: skip
     methods = {}
     for name, kwargs in (
         ("paged_kernel", dict(paged_attention="kernel")),
@@ -68,60 +95,16 @@ def main(args) -> int:
         ("contiguous", dict(kv_paged=False)),
     ):
         llm = LLM(model, **common, **kwargs)
-        tok_s, samples = _decode_tok_s(
-            lambda n, llm=llm: _timed_engine(llm, prompts, n), args.batch, args.new, args.repeats
-        )
-        methods[name] = {"decode_tok_s": tok_s, "samples": samples}
+        samples = _decode_tok_s(lambda n, llm=llm: _timed_engine(llm, prompts, n), args.batch,
+                                args.new, args.repeats)  # fmt: skip
+        methods[name] = _method(name, *samples)
         if name == "paged_kernel":
             calls = llm.engine.runner.pool.attention_calls
             methods[name]["attention_calls"] = {f"{p}/{ph}": n for (p, ph), n in calls.items()}
-        print(
-            f"{name:16s} {tok_s:9.1f} decode tok/s  (runs: "
-            f"{', '.join(f'{s:.1f}' for s in samples)})",
-            flush=True,
-        )
         if name == "contiguous":
             bg_model = llm.model
         else:
             llm.engine.shutdown()
             del llm
         mx.clear_cache()
-    tok_s, samples = _decode_tok_s(
-        lambda n: run_batch_generator(bg_model, prompts, n, args.batch)[0],
-        args.batch,
-        args.new,
-        args.repeats,
-    )
-    methods["batch_generator"] = {"decode_tok_s": tok_s, "samples": samples}
-    print(
-        f"{'batch_generator':16s} {tok_s:9.1f} decode tok/s  (runs: "
-        f"{', '.join(f'{s:.1f}' for s in samples)})",
-        flush=True,
-    )
-    base = methods["batch_generator"]["decode_tok_s"]
-    for entry in methods.values():
-        entry["vs_batch_generator"] = entry["decode_tok_s"] / base
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "model": args.model or "random llama 1B (hidden 2048, 16 layers, 32/8 heads, bf16)",
-                "device": mx.device_info().get("device_name", str(mx.default_device())),
-                "mlx": mx.__version__,
-                "machine": platform.machine(),
-                "batch": args.batch,
-                "prompt_tokens": args.prompt,
-                "new_tokens": args.new,
-                "repeats": args.repeats,
-                "statistic": "median",
-                "methods": methods,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"wrote {out}")
-    if tmp is not None:
-        tmp.cleanup()
-    return 0
+    return methods, bg_model

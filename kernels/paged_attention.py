@@ -69,52 +69,43 @@ def paged_attention_decode(
         UnsupportedSpecError: for an input the kernels cannot serve (the message names the spec).
     """
     backend = backend or current_backend()
-    if backend is None:
-        raise UnsupportedSpecError(
-            "paged decode kernels need MLX's Metal or CUDA backend; "
-            "the CPU runs paged_attention_reference"
-        )
-    q_shape, k_shape, dtype = queries.shape, k_pages.shape, queries.dtype
-    num_seqs, num_heads, num_queries, head_dim = q_shape
-    plan = launch_plan(
-        backend,
-        dtype,
-        num_seqs,
-        num_heads,
-        num_queries,
-        head_dim,
-        k_shape[1],
-        k_shape[2],
-        block_tables.shape[1],
-        window is not None,
-        kernel,
-        partition_size,
-    )
-    if sinks is not None:
-        raise UnsupportedSpecError(f"{plan.name}: attention sinks are not implemented")
-    if k_shape[3] != head_dim or v_pages.shape != k_shape or k_pages.dtype != dtype:
-        raise UnsupportedSpecError(
-            f"{plan.name}: queries {queries.shape} {queries.dtype} do "
-            f"not match pages {k_pages.shape} {k_pages.dtype}"
-        )
+    plan = _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backend, kernel,
+                         partition_size)  # fmt: skip
     if block_tables.dtype != mx.int32:
         block_tables = block_tables.astype(mx.int32)
     if seq_lens.dtype != mx.int32:
         seq_lens = seq_lens.astype(mx.int32)
-    inputs = [
-        queries,
-        k_pages,
-        v_pages,
-        block_tables,
-        seq_lens,
-        constant(float(scale), mx.float32, backend),
-    ]
+    scale_input = constant(float(scale), mx.float32, backend)
+    inputs = [queries, k_pages, v_pages, block_tables, seq_lens, scale_input]
     if window is not None:
         inputs.append(constant(int(window), mx.int32, backend))
     launch = plan.launch if compiled else plan.launch_eager
     if plan.fused:
         return _COUNTERS.call(plan.counter_slots, lambda counters: launch(*inputs, counters))[0]
     return launch(*inputs)
+
+
+def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backend, kernel,
+                  partition_size):  # fmt: skip
+    """The launch plan of this call's shape, after the checks that need no GPU work."""
+    if backend is None:
+        raise UnsupportedSpecError(
+            "paged decode kernels need MLX's Metal or CUDA backend; "
+            "the CPU runs paged_attention_reference"
+        )
+    (num_seqs, num_heads, num_queries, head_dim), k_shape = queries.shape, k_pages.shape
+    plan = launch_plan(
+        backend, queries.dtype, num_seqs, num_heads, num_queries, head_dim, k_shape[1],
+        k_shape[2], block_tables.shape[1], window is not None, kernel, partition_size,
+    )  # fmt: skip
+    if sinks is not None:
+        raise UnsupportedSpecError(f"{plan.name}: attention sinks are not implemented")
+    if k_shape[3] != head_dim or v_pages.shape != k_shape or k_pages.dtype != queries.dtype:
+        raise UnsupportedSpecError(
+            f"{plan.name}: queries {queries.shape} {queries.dtype} do "
+            f"not match pages {k_pages.shape} {k_pages.dtype}"
+        )
+    return plan
 
 
 def warm_up(

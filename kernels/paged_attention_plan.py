@@ -79,25 +79,13 @@ def launch_plan(
         )
     groups = num_seqs * num_kv_heads
     table_tokens = table_blocks * block_size
-    if kernel is None:
-        kernel, partition_size = route(backend, dtype, head_dim, block_size, groups, table_tokens)
-    elif kernel not in KERNELS or KERNELS[kernel].split == "reduce":
-        raise UnsupportedSpecError(
-            f"{kernel!r} is not a kernel to launch (pass 1 kernels: "
-            f"{', '.join(k for k in KERNELS if k != 'decode_reduce')})"
-        )
-    elif partition_size is None:
-        partition_size = partition_size_for(kernel, groups, table_tokens)
-    spec = KernelSpec(
-        kernel,
-        backend,
-        dtype_name(dtype),
-        head_dim,
-        block_size,
-        num_heads // num_kv_heads,
-        partition_size,
-        sliding_window,
+    kernel, partition_size = _kernel_and_partition(
+        kernel, partition_size, backend, dtype, head_dim, block_size, groups, table_tokens
     )
+    spec = KernelSpec(
+        kernel, backend, dtype_name(dtype), head_dim, block_size, num_heads // num_kv_heads,
+        partition_size, sliding_window,
+    )  # fmt: skip
     if num_queries != 1:
         raise UnsupportedSpecError(
             f"{spec.name}: decode kernels take one query per row, not {num_queries}"
@@ -107,15 +95,8 @@ def launch_plan(
     )
     tg = _threads(spec)
     if not spec.partitioned:
-        return LaunchPlan(
-            spec.name,
-            build(spec),
-            (tg * num_kv_heads, num_seqs, 1),
-            (tg, 1, 1),
-            (),
-            False,
-            **shapes,
-        )
+        grid = (tg * num_kv_heads, num_seqs, 1)
+        return LaunchPlan(spec.name, build(spec), grid, (tg, 1, 1), (), False, **shapes)
     num_partitions = math.ceil(table_tokens / partition_size)
     grid = (tg * num_kv_heads, num_seqs, num_partitions)
     if spec.fused_reduce:
@@ -125,22 +106,30 @@ def launch_plan(
             spec.name, build(spec), grid, (tg, 1, 1), packed, True, counter_slots=groups, **shapes
         )
     reduce = KernelSpec("decode_reduce", *dataclasses.astuple(spec)[1:])
-    partial_shapes = (
-        (num_seqs, num_heads, num_partitions, head_dim),
-        (num_seqs, num_heads, num_partitions),
+    partials = ((num_seqs, num_heads, num_partitions, head_dim),) + 2 * (
         (num_seqs, num_heads, num_partitions),
     )
     return LaunchPlan(
-        spec.name,
-        build(spec),
-        grid,
-        (tg, 1, 1),
-        partial_shapes,
-        False,
-        reduce_kernel=build(reduce),
-        reduce_grid=(num_heads * 32, num_seqs, 1),
-        **shapes,
-    )
+        spec.name, build(spec), grid, (tg, 1, 1), partials, False, reduce_kernel=build(reduce),
+        reduce_grid=(num_heads * 32, num_seqs, 1), **shapes,
+    )  # fmt: skip
+
+
+def _kernel_and_partition(
+    kernel, partition_size, backend, dtype, head_dim, block_size, groups, table_tokens
+) -> tuple[str, int]:
+    """The routed kernel and partition length, or the forced `kernel`'s (with the partition
+    length routing would give it unless `partition_size` is set)."""
+    if kernel is None:
+        return route(backend, dtype, head_dim, block_size, groups, table_tokens)
+    if kernel not in KERNELS or KERNELS[kernel].split == "reduce":
+        raise UnsupportedSpecError(
+            f"{kernel!r} is not a kernel to launch (pass 1 kernels: "
+            f"{', '.join(k for k in KERNELS if k != 'decode_reduce')})"
+        )
+    if partition_size is None:
+        partition_size = partition_size_for(kernel, groups, table_tokens)
+    return kernel, partition_size
 
 
 def _threads(spec: KernelSpec) -> int:

@@ -18,6 +18,15 @@ def _bench(module: str):
 
 
 def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
+    """Add one subcommand per public benchmark to `sub`."""
+    _add_throughput(sub)
+    _add_memory(sub)
+    _add_prefix_cache(sub)
+    _add_kernels(sub)
+    _add_decode(sub)
+
+
+def _add_throughput(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("throughput", help="engine tokens/s vs mlx-lm's BatchGenerator")
     p.add_argument("--model", default=None, help="model (default: embedded SmolLM2)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
@@ -26,6 +35,8 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="bench/out/throughput.json", help="JSON results file")
     p.set_defaults(run=_bench("throughput"))
 
+
+def _add_memory(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("memory", help="KV memory density: paged vs contiguous vs BatchGenerator")
     p.add_argument(
         "--budget-tokens",
@@ -45,6 +56,8 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="bench/out/memory.json", help="JSON results file")
     p.set_defaults(run=_bench("memory"))
 
+
+def _add_prefix_cache(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prefix-cache", help="TTFT with a repeated system prompt, cold vs warm")
     p.add_argument("--model", default=None, help="model (default: embedded SmolLM2)")
     p.add_argument("--system-tokens", type=int, default=300)
@@ -53,6 +66,9 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="bench/out/prefix-cache.json", help="JSON results file")
     p.set_defaults(run=_bench("prefix_cache"))
 
+
+def _add_kernels(sub: argparse._SubParsersAction) -> None:
+    """The shapes `bench kernels` sweeps and where it writes."""
     p = sub.add_parser(
         "kernels",
         help="paged decode kernel vs MLX SDPA, gather+SDPA, torch SDPA and copy bandwidth (GPU)",
@@ -74,6 +90,12 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
         "--max-kv-gb", type=float, default=8.0, help="skip shapes whose K+V exceed this many GiB"
     )
     p.add_argument("--out", default="bench/out/kernels", help="folder for kernels.json/.png")
+    _add_kernels_methods(p)
+    p.set_defaults(run=_bench("kernels"))
+
+
+def _add_kernels_methods(p: argparse.ArgumentParser) -> None:
+    """What `bench kernels` times, and how."""
     p.add_argument(
         "--kernel",
         action="append",
@@ -124,8 +146,9 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
         metavar="JSON",
         help="only redraw the plot of an earlier run's kernels.json",
     )
-    p.set_defaults(run=_bench("kernels"))
 
+
+def _add_decode(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "decode",
         help="end-to-end decode tok/s at a large batch: paged + kernel, "

@@ -32,22 +32,9 @@ def add_kernels_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_kernels(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from mlx_paged.codegen.build import KernelRenderError
-    from mlx_paged.kernels.catalog import all_specs
-    from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
-    from mlx_paged.kernels.paged_attention_geometry import define
-
+    """`kernels list` or `kernels render`; the exit code."""
     if args.action == "list":
-        backends = [args.backend] if args.backend else ["metal", "cuda"]
-        count = 0
-        for backend in backends:
-            for spec in all_specs(backend):
-                print(spec.name)
-                count += 1
-        print(f"{count} specs", file=sys.stderr)
-        return 0
+        return _list(args.backend)
     if not args.spec:
         print(
             "mlx-paged kernels render: give a spec name, e.g. "
@@ -55,6 +42,28 @@ def run_kernels(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    return _render(args)
+
+
+def _list(backend: str | None) -> int:
+    from mlx_paged.kernels.catalog import all_specs
+
+    count = 0
+    for name in [backend] if backend else ["metal", "cuda"]:
+        for spec in all_specs(name):
+            print(spec.name)
+            count += 1
+    print(f"{count} specs", file=sys.stderr)
+    return 0
+
+
+def _render(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from mlx_paged.codegen.build import KernelRenderError
+    from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
+    from mlx_paged.kernels.paged_attention_geometry import define
+
     try:
         spec = KernelSpec.parse(args.spec)
         if args.backend:
@@ -75,24 +84,29 @@ def run_kernels(args: argparse.Namespace) -> int:
     if (args.full or args.check) and spec.backend == "cuda":
         return _render_cuda(defn, args.check)
     if args.full or args.check:
-        from mlx_paged.codegen.metal_check import MetalCheckError, check_metal_source
-        from mlx_paged.kernels.metal_capture import capture_metal_source
-
-        source = capture_metal_source(spec)
-        print(source, end="")
-        if args.check:
-            try:
-                check_metal_source(source, spec.name)
-            except MetalCheckError as exc:
-                print(exc, file=sys.stderr)
-                return 1
-            print(f"// {spec.name}: clang compile check passed", file=sys.stderr)
-        return 0
+        return _render_metal(spec, args.check)
     if defn.header:
         print("// ---- header ----")
         print(defn.header)
         print("// ---- body ----")
     print(defn.source, end="")
+    return 0
+
+
+def _render_metal(spec, check: bool) -> int:
+    """The complete MSL MLX generates; with `check`, clang's verdict."""
+    from mlx_paged.codegen.metal_check import MetalCheckError, check_metal_source
+    from mlx_paged.kernels.metal_capture import capture_metal_source
+
+    source = capture_metal_source(spec)
+    print(source, end="")
+    if check:
+        try:
+            check_metal_source(source, spec.name)
+        except MetalCheckError as exc:
+            print(exc, file=sys.stderr)
+            return 1
+        print(f"// {spec.name}: clang compile check passed", file=sys.stderr)
     return 0
 
 

@@ -194,14 +194,30 @@ def convert_gguf(
         The path of the finished folder.
     """
     import gguf
-    import mlx.core as mx
 
     say = progress or (lambda _msg: None)
     out_dir = Path(out_dir)
     reader = gguf.GGUFReader(str(gguf_path))
+    weights, quantization = _convert_tensors(reader, unpermute_qk, say)
+    has_output = any(t.name == "output.weight" for t in reader.tensors)
+    config = _build_config(reader, has_output, _quantization_config(quantization))
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
+    try:
+        _write_folder(tmp, reader, weights, config, say)
+        tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _convert_tensors(reader, unpermute_qk: bool, say: Progress) -> tuple[dict, dict]:
+    """(mlx-lm weights, per-layer quantization) of every tensor in `reader`."""
+    import mlx.core as mx
+
     n_heads = int(_field(reader, "llama.attention.head_count"))
     n_kv_heads = int(_field(reader, "llama.attention.head_count_kv", n_heads))
-
     weights: dict[str, mx.array] = {}
     quantization: dict = {}
     total = len(reader.tensors)
@@ -225,33 +241,30 @@ def convert_gguf(
             quantization[prefix] = {"group_size": GROUP_SIZE, "bits": bits}
         if i % 30 == 0 or i == total:
             say(f"converted {i}/{total} tensors")
+    return weights, quantization
 
-    # mlx-lm wants one default entry plus per-layer overrides for other bit widths.
+
+def _quantization_config(quantization: dict) -> dict:
+    """mlx-lm wants one default entry plus per-layer overrides for other bit widths."""
     default_bits = max(
         set(q["bits"] for q in quantization.values()),
         key=lambda b: sum(q["bits"] == b for q in quantization.values()),
         default=None,
     )
-    quant_cfg: dict = {}
-    if default_bits is not None:
-        quant_cfg = {"group_size": GROUP_SIZE, "bits": default_bits}
-        quant_cfg.update({p: q for p, q in quantization.items() if q["bits"] != default_bits})
+    if default_bits is None:
+        return {}
+    config = {"group_size": GROUP_SIZE, "bits": default_bits}
+    config.update({p: q for p, q in quantization.items() if q["bits"] != default_bits})
+    return config
 
-    has_output = any(t.name == "output.weight" for t in reader.tensors)
-    config = _build_config(reader, has_output, quant_cfg)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
-    try:
-        say("writing weights")
-        mx.save_safetensors(str(tmp / "model.safetensors"), weights, metadata={"format": "mlx"})
-        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-        say("building tokenizer")
-        _build_tokenizer(reader, tmp)
-        gen = {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}
-        (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out_dir
+def _write_folder(tmp: Path, reader, weights: dict, config: dict, say: Progress) -> None:
+    import mlx.core as mx
+
+    say("writing weights")
+    mx.save_safetensors(str(tmp / "model.safetensors"), weights, metadata={"format": "mlx"})
+    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    say("building tokenizer")
+    _build_tokenizer(reader, tmp)
+    gen = {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}
+    (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")

@@ -86,90 +86,64 @@ class SamplingParams:
     def validate(self, vocab_size: int | None = None) -> None:
         """Raise `InvalidRequestError` naming the first field that is out of range; with
         `vocab_size` (the width of the model's logits), token ids and `top_k` are checked too."""
-        _check(
-            _is_int(self.max_tokens) and self.max_tokens >= 1,
-            "max_tokens",
-            "must be an integer >= 1",
-        )
-        _check(
-            _is_number(self.temperature) and 0 <= self.temperature <= 100,
-            "temperature",
-            "must be a number in [0, 100]",
-        )
+        self._validate_sampling()
+        self._validate_penalties()
+        self._validate_output()
+        if vocab_size is not None:
+            self._validate_for_vocabulary(vocab_size)
+
+    def _validate_sampling(self) -> None:
+        _check(_is_int(self.max_tokens) and self.max_tokens >= 1, "max_tokens",
+               "must be an integer >= 1")  # fmt: skip
+        _check(_is_number(self.temperature) and 0 <= self.temperature <= 100, "temperature",
+               "must be a number in [0, 100]")  # fmt: skip
         _check(_is_number(self.top_p) and 0 < self.top_p <= 1, "top_p", "must be in (0, 1]")
-        _check(
-            _is_int(self.top_k) and self.top_k >= 0,
-            "top_k",
-            "must be an integer >= 0 (0 turns it off)",
-        )
+        _check(_is_int(self.top_k) and self.top_k >= 0, "top_k",
+               "must be an integer >= 0 (0 turns it off)")  # fmt: skip
         _check(_is_number(self.min_p) and 0 <= self.min_p <= 1, "min_p", "must be in [0, 1]")
-        _check(
-            self.repetition_penalty is None
-            or (_is_number(self.repetition_penalty) and 0 < self.repetition_penalty <= MAX_PENALTY),
-            "repetition_penalty",
-            f"must be a number in (0, {MAX_PENALTY:g}]",
-        )
-        for name in ("presence_penalty", "frequency_penalty"):
-            value = getattr(self, name)
-            _check(
-                value is None or (_is_number(value) and -2 <= value <= 2),
-                name,
-                "must be a number in [-2, 2]",
-            )
-        for name in ("repetition_context_size", "presence_context_size", "frequency_context_size"):
-            value = getattr(self, name)
-            _check(
-                _is_int(value) and 1 <= value <= MAX_CONTEXT_SIZE,
-                name,
-                f"must be an integer in [1, {MAX_CONTEXT_SIZE}]",
-            )
-        _check(
-            _is_number(self.xtc_probability) and 0 <= self.xtc_probability <= 1,
-            "xtc_probability",
-            "must be in [0, 1]",
-        )
-        _check(
-            _is_number(self.xtc_threshold) and 0 <= self.xtc_threshold <= 0.5,
-            "xtc_threshold",
-            "must be in [0, 0.5]",
-        )
-        _check(
-            self.seed is None or (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED),
-            "seed",
-            f"must be an integer in [0, {MAX_SEED}]",
-        )
-        _check(
-            isinstance(self.stop, list)
-            and len(self.stop) <= MAX_STOP_STRINGS
-            and all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_LENGTH for s in self.stop),
-            "stop",
-            f"must be a string or a list of at most {MAX_STOP_STRINGS} non-empty strings "
-            f"of at most {MAX_STOP_LENGTH} characters",
-        )
-        _check(
-            isinstance(self.stop_token_ids, list) and all(_is_int(t) for t in self.stop_token_ids),
-            "stop_token_ids",
-            "must be a list of token ids",
-        )
-        _check(isinstance(self.ignore_eos, bool), "ignore_eos", "must be a boolean")
-        _check(isinstance(self.logprobs, bool), "logprobs", "must be a boolean")
-        _check(
-            _is_int(self.top_logprobs) and 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
-            "top_logprobs",
-            f"must be an integer in [0, {MAX_TOP_LOGPROBS}]",
-        )
+        _check(_is_number(self.xtc_probability) and 0 <= self.xtc_probability <= 1,
+               "xtc_probability", "must be in [0, 1]")  # fmt: skip
+        _check(_is_number(self.xtc_threshold) and 0 <= self.xtc_threshold <= 0.5,
+               "xtc_threshold", "must be in [0, 0.5]")  # fmt: skip
+        _check(self.seed is None or (_is_int(self.seed) and 0 <= self.seed <= MAX_SEED), "seed",
+               f"must be an integer in [0, {MAX_SEED}]")  # fmt: skip
         if self.logit_bias is not None:
             _check(
                 isinstance(self.logit_bias, dict)
-                and all(
-                    _is_int(k) and _is_number(v) and -100 <= v <= 100
-                    for k, v in self.logit_bias.items()
-                ),
-                "logit_bias",
-                "must map token ids to numbers in [-100, 100]",
-            )
-        if vocab_size is not None:
-            self._validate_for_vocabulary(vocab_size)
+                and all(_is_int(k) and _is_number(v) and -100 <= v <= 100
+                        for k, v in self.logit_bias.items()),
+                "logit_bias", "must map token ids to numbers in [-100, 100]",
+            )  # fmt: skip
+
+    def _validate_penalties(self) -> None:
+        _check(
+            self.repetition_penalty is None
+            or (_is_number(self.repetition_penalty) and 0 < self.repetition_penalty <= MAX_PENALTY),
+            "repetition_penalty", f"must be a number in (0, {MAX_PENALTY:g}]",
+        )  # fmt: skip
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            _check(value is None or (_is_number(value) and -2 <= value <= 2), name,
+                   "must be a number in [-2, 2]")  # fmt: skip
+        for name in ("repetition_context_size", "presence_context_size", "frequency_context_size"):
+            value = getattr(self, name)
+            _check(_is_int(value) and 1 <= value <= MAX_CONTEXT_SIZE, name,
+                   f"must be an integer in [1, {MAX_CONTEXT_SIZE}]")  # fmt: skip
+
+    def _validate_output(self) -> None:
+        _check(
+            isinstance(self.stop, list) and len(self.stop) <= MAX_STOP_STRINGS
+            and all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_LENGTH for s in self.stop),
+            "stop", f"must be a string or a list of at most {MAX_STOP_STRINGS} non-empty strings "
+            f"of at most {MAX_STOP_LENGTH} characters",
+        )  # fmt: skip
+        _check(isinstance(self.stop_token_ids, list)
+               and all(_is_int(t) for t in self.stop_token_ids),
+               "stop_token_ids", "must be a list of token ids")  # fmt: skip
+        _check(isinstance(self.ignore_eos, bool), "ignore_eos", "must be a boolean")
+        _check(isinstance(self.logprobs, bool), "logprobs", "must be a boolean")
+        _check(_is_int(self.top_logprobs) and 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
+               "top_logprobs", f"must be an integer in [0, {MAX_TOP_LOGPROBS}]")  # fmt: skip
 
     def _validate_for_vocabulary(self, vocab_size: int) -> None:
         # mlx-lm's top-k sampler takes k in (0, vocabulary size).

@@ -12,8 +12,10 @@ from typing import Any
 
 from mlx_paged.errors import InvalidRequestError
 from mlx_paged.sampling.sampling_params import SamplingParams
+from mlx_paged.server.request_fields import err as _err
+from mlx_paged.server.request_fields import sampling_params as _sampling_params
+from mlx_paged.server.request_fields import typed as _typed
 
-MAX_TOKENS_LIMIT = 1_000_000
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 # Accepted and ignored: they change nothing a single local model could honour.
@@ -47,21 +49,6 @@ class ParsedRequest:
     tokens_as_ids: bool = False  # vLLM's return_tokens_as_token_ids: "token_id:<id>" strings
 
 
-def _err(message: str, param: str | None = None, status: int = 400, code: str | None = None):
-    return InvalidRequestError(message, param=param, status=status, code=code)
-
-
-def _typed(body: dict, name: str, types, default=None, *, label: str):
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        raise _err(f"{name} must be {label}, got a boolean", name)
-    if not isinstance(value, types):
-        raise _err(f"{name} must be {label}, got {type(value).__name__}", name)
-    return value
-
-
 def _check_unsupported(body: dict) -> None:
     for name in ("n", "best_of"):
         value = body.get(name)
@@ -84,71 +71,6 @@ def _check_unsupported(body: dict) -> None:
     modalities = body.get("modalities")
     if modalities is not None and modalities != ["text"]:
         raise _err("modalities: only ['text'] is supported", "modalities")
-
-
-def _sampling_params(body: dict, defaults: dict, *, chat: bool) -> tuple[SamplingParams, bool]:
-    max_tokens = body.get("max_completion_tokens") if chat else None
-    if max_tokens is None:
-        max_tokens = body.get("max_tokens")
-    explicit = max_tokens is not None
-    if explicit:
-        name = "max_completion_tokens" if chat and "max_completion_tokens" in body else "max_tokens"
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
-            raise _err(f"{name} must be an integer", name)
-        if max_tokens < 1:
-            raise _err(f"{name} must be at least 1, got {max_tokens}", name)
-        if max_tokens > MAX_TOKENS_LIMIT:
-            raise _err(
-                f"{name} ({max_tokens}) is absurdly large; the limit is the model's context length",
-                name,
-            )
-    else:
-        max_tokens = defaults["max_tokens"]
-    stop = body.get("stop")
-    if stop is None:
-        stop = []
-    elif isinstance(stop, str):
-        stop = [stop]
-    elif not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
-        raise _err("stop must be a string or a list of strings", "stop")
-    bias = body.get("logit_bias")
-    if bias is not None:
-        if not isinstance(bias, dict):
-            raise _err("logit_bias must be an object mapping token ids to biases", "logit_bias")
-        try:
-            bias = {int(k): v for k, v in bias.items()}
-        except (TypeError, ValueError):
-            raise _err("logit_bias keys must be token ids (integers)", "logit_bias") from None
-    if chat:
-        logprobs = _typed(body, "logprobs", bool, False, label="a boolean")
-        top = _typed(body, "top_logprobs", int, 0, label="an integer")
-        if top and not logprobs:
-            raise _err("top_logprobs needs logprobs: true", "top_logprobs")
-    else:
-        top = _typed(body, "logprobs", int, None, label="an integer")
-        logprobs, top = top is not None, top or 0
-    number = (int, float)
-    params = SamplingParams(
-        max_tokens=max_tokens,
-        temperature=_typed(body, "temperature", number, defaults["temperature"], label="a number"),
-        top_p=_typed(body, "top_p", number, defaults["top_p"], label="a number"),
-        top_k=_typed(body, "top_k", int, defaults["top_k"], label="an integer"),
-        min_p=_typed(body, "min_p", number, defaults["min_p"], label="a number"),
-        repetition_penalty=_typed(body, "repetition_penalty", number, None, label="a number"),
-        repetition_context_size=_typed(
-            body, "repetition_context_size", int, 20, label="an integer"
-        ),
-        presence_penalty=_typed(body, "presence_penalty", number, None, label="a number"),
-        frequency_penalty=_typed(body, "frequency_penalty", number, None, label="a number"),
-        xtc_probability=_typed(body, "xtc_probability", number, 0.0, label="a number"),
-        xtc_threshold=_typed(body, "xtc_threshold", number, 0.1, label="a number"),
-        logit_bias=bias,
-        seed=_typed(body, "seed", int, None, label="an integer"),
-        stop=stop,
-        logprobs=logprobs,
-        top_logprobs=top,
-    )
-    return params, explicit
 
 
 def _message_text(message: dict, index: int) -> str | None:

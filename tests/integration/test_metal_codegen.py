@@ -110,3 +110,14 @@ def test_kernels_refuse_to_run_on_the_cpu():
     pages = mx.zeros((2, 16, 2, 64))
     with pytest.raises(UnsupportedSpecError, match="Metal or CUDA"):
         paged_attention_decode(q, pages, pages, mx.array([[1]]), mx.array([3]), scale=1.0)
+
+
+def test_cli_renders_and_checks_a_metal_spec(capsys):
+    from mlx_paged.cli.main import main
+
+    assert main(["kernels", "render", "decode_simt_metal_bf16_hd128_bs16_g4", "--check"]) == 0
+    out, err = capsys.readouterr()
+    assert "[[kernel]] void custom_kernel_decode_simt_metal_bf16_hd128_bs16_g4" in out
+    assert "clang compile check passed" in err
+    assert main(["kernels", "render"]) == 2
+    assert "give a spec name" in capsys.readouterr().err

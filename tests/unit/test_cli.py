@@ -2,7 +2,8 @@ import argparse
 
 import pytest
 
-from mlx_paged.cli.main import build_parser, main, parse_size
+from mlx_paged.cli.main import build_parser, main
+from mlx_paged.cli.serve_args import parse_size
 
 
 @pytest.mark.parametrize(
@@ -94,7 +95,9 @@ def test_bench_kernels_rejects_a_skip_that_matches_no_column(capsys):
 
 
 def test_api_key_sources(tmp_path, monkeypatch):
-    from mlx_paged.cli.main import API_KEY_ENV, build_parser, resolve_api_key
+    from mlx_paged.cli.main import build_parser
+    from mlx_paged.cli.serve import resolve_api_key
+    from mlx_paged.cli.serve_args import API_KEY_ENV
 
     def key(*argv):
         return resolve_api_key(build_parser().parse_args(["serve", *argv]))

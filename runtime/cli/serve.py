@@ -1,0 +1,124 @@
+"""`mlx-paged serve`: load the model, start the engine thread, serve HTTP until a signal."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from mlx_paged.cli.serve_args import API_KEY_ENV
+from mlx_paged.engine.config import EngineConfig
+
+logger = logging.getLogger("mlx_paged")
+
+
+def resolve_api_key(args: argparse.Namespace) -> str | None:
+    """The API key from --api-key, --api-key-file or the environment, in that order of
+    precedence; at most one of the flags may be given."""
+    if args.api_key is not None and args.api_key_file is not None:
+        raise ValueError("give either --api-key or --api-key-file, not both")
+    if args.api_key_file is not None:
+        with open(args.api_key_file, encoding="utf-8") as f:
+            key = f.readline().strip()
+        if not key:
+            raise ValueError(f"--api-key-file {args.api_key_file}: the file is empty")
+        return key
+    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
+    if key is not None and not key.strip():
+        raise ValueError("the API key is empty")
+    return key
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Load the model, start the engine thread and serve HTTP until a signal arrives."""
+    from mlx_paged.server.lifecycle import serve_until_signal
+    from mlx_paged.server.listener import make_server
+    from mlx_paged.server.state import ServerState
+
+    try:
+        api_key = resolve_api_key(args)
+    except (OSError, ValueError) as exc:
+        logger.error("%s", exc)
+        return 2
+    started = _start_engine(args)
+    if isinstance(started, int):
+        return started
+    engine, model_id = started
+    defaults = {
+        "max_tokens": args.max_tokens,
+        "temperature": args.temp,
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "min_p": args.min_p,
+    }
+    aliases = {model_id, "default_model"} | ({args.model} if args.model else set())
+    state = ServerState(
+        engine=engine,
+        model_id=model_id,
+        model_aliases=aliases,
+        defaults=defaults,
+        api_key=api_key,
+        max_request_bytes=args.max_request_bytes,
+        allowed_origins=args.allowed_origins,
+        request_timeout=args.request_timeout,
+        max_connections=args.max_connections,
+    )
+    try:
+        server = make_server(state, args.host, args.port)
+    except OSError as exc:
+        logger.error("cannot bind %s:%d: %s", args.host, args.port, exc)
+        return 1
+    engine.start()
+    host, port = server.server_address[:2]
+    logger.info(
+        "serving %s on http://%s:%d (kv path: %s)",
+        model_id,
+        host,
+        port,
+        "paged" if engine.config.kv_paged else "contiguous",
+    )
+    print(f"mlx-paged: serving {model_id} on http://{host}:{port}", flush=True)
+    serve_until_signal(server, state, args.shutdown_grace)
+    _exit_now(0)
+    return 0  # not reached
+
+
+def _start_engine(args: argparse.Namespace):
+    """(engine, model id) for the serve flags, or an exit code after logging why the model
+    cannot be served."""
+    from mlx_paged.engine.core import Engine
+    from mlx_paged.models.loader import load_model
+
+    config = EngineConfig(
+        kv_paged=args.kv_paged,
+        max_num_seqs=args.decode_concurrency,
+        max_num_prefill_seqs=args.prompt_concurrency,
+        prefill_step_size=args.prefill_step_size,
+        block_size=args.block_size,
+        kv_budget_bytes=args.kv_budget,
+        num_blocks=args.num_blocks,
+        enable_prefix_caching=not args.no_prefix_caching,
+        paged_attention=args.paged_attention,
+    )
+    try:
+        model, tokenizer, model_id, model_config = load_model(args.model, args.chat_template)
+    except (RuntimeError, ValueError, OSError) as exc:
+        logger.error("could not load the model: %s", exc)
+        return 1
+    try:
+        engine = Engine(model, tokenizer, config, model_config)
+    except ValueError as exc:  # a model the paged path cannot serve, or a pool too small
+        logger.error("%s", exc)
+        return 2
+    return engine, model_id
+
+
+def _exit_now(code: int) -> None:
+    """Leave without running interpreter teardown: MLX's native threads can abort the process
+    ("terminate called without an active exception") while static objects are destroyed,
+    turning a clean shutdown into exit code 134. Everything is flushed first."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
