@@ -1,1 +1,2 @@
-"""Benchmarks; `mlx-paged bench ...` runs them and results/ holds committed runs."""
+"""Benchmarks; `mlx-paged bench ...` runs them, results/ holds the current run of each public one,
+and `make bench-docs` renders docs/benchmarks.md from it."""
