@@ -21,7 +21,7 @@ _COUNTERS = CounterChain()
 
 
 def current_backend() -> str | None:
-    """ "metal" or "cuda" when MLX's default device is a GPU with that backend, else None."""
+    """The backend, "metal" or "cuda", when MLX's default device is a GPU; else None."""
     if mx.default_device().type != mx.DeviceType.gpu:
         return None
     return _gpu_backend()
