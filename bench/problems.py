@@ -54,7 +54,7 @@ def make_problem(
 
 
 def standard_problem(batch: int, context: int, pool_bytes: int = 4 << 30):
-    """`make_problem` at the shape the issue benchmarks: 32 query / 8 KV heads, head_dim 128,
+    """`make_problem` at the kernel benchmark's shape: 32 query / 8 KV heads, head_dim 128,
     bf16, blocks of 16 (the diagnostics use it)."""
     return make_problem(
         batch,
