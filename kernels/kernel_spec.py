@@ -112,10 +112,6 @@ class KernelSpec:
                 f"{self.name}: {self.kernel} is generated for "
                 f"partitions of {', '.join(map(str, sizes))} tokens"
             )
-        if self.partition_size % self.block_size:
-            raise UnsupportedSpecError(
-                f"{self.name}: the partition size must be a multiple of the block size"
-            )
 
     def _check_tensor_cores(self) -> None:
         if self.backend != "cuda":
