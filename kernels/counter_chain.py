@@ -22,9 +22,9 @@ class CounterChain:
     """The counters the next fused call takes; each call's `counters_next` replaces them.
 
     One chain orders every fused call that goes through it, including calls that share no data
-    (two engines in one process, say). The chain lives outside `mx.compile`: the launcher's
-    compiled launch takes the counters as an input and returns `counters_next`, and a caller
-    that traced a whole step around the launcher would leave a tracer here.
+    (two engines in one process, say). A caller that traces a whole step with `mx.compile`
+    passes the counters in and out of the trace: it seeds a chain inside with `replace` (the
+    outer chain's `reserve`), and hands the trace's last `counters_next` back to the outer chain.
     """
 
     def __init__(self) -> None:
@@ -35,14 +35,28 @@ class CounterChain:
         """Return `launch(counters)`, whose last output must be the kernel's `counters_next`
         (shaped like `counters`); `counters` holds zeros in at least `groups` slots."""
         with self._lock:
-            latest = self._latest
-            if latest is None or latest.size < groups:
-                # Growing starts a new chain on a new buffer: the old calls keep theirs.
-                size = max(groups, 2 * latest.size if latest is not None else _FIRST_SIZE)
-                latest = mx.zeros((size,), dtype=mx.int32)
-            outputs = launch(latest)
+            outputs = launch(self._grown(groups))
             self._latest = outputs[-1]
         return outputs
+
+    def reserve(self, groups: int) -> mx.array:
+        """The counters the next call would take, grown to at least `groups` slots."""
+        with self._lock:
+            self._latest = self._grown(groups)
+            return self._latest
+
+    def replace(self, counters: mx.array) -> None:
+        """Make `counters` the ones the next call takes."""
+        with self._lock:
+            self._latest = counters
+
+    def _grown(self, groups: int) -> mx.array:
+        latest = self._latest
+        if latest is None or latest.size < groups:
+            # Growing starts a new chain on a new buffer: the old calls keep theirs.
+            size = max(groups, 2 * latest.size if latest is not None else _FIRST_SIZE)
+            latest = mx.zeros((size,), dtype=mx.int32)
+        return latest
 
     def size(self) -> int:
         """Slots in the counters the next call gets (0 before the first call)."""

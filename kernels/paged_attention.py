@@ -51,6 +51,7 @@ def paged_attention_decode(
     kernel: str | None = None,
     partition_size: int | None = None,
     compiled: bool = True,
+    counters: CounterChain | None = None,
 ) -> mx.array:
     """Decode attention of `(B, Hq, 1, D)` queries over paged K/V, on the GPU kernels.
 
@@ -64,6 +65,8 @@ def paged_attention_decode(
         partition_size: with `kernel`, its partition length (default: the routed one).
         compiled: False builds the kernel nodes anew on every call (`LaunchPlan.launch_eager`),
             for `bench/host_cost.py` to compare against.
+        counters: the chain of the fused split-K's partition counters (default: the process's
+            own); a caller that traces a step around this call passes one it seeds and reads.
 
     Raises:
         UnsupportedSpecError: for an input the kernels cannot serve (the message names the spec).
@@ -81,7 +84,8 @@ def paged_attention_decode(
         inputs.append(constant(int(window), mx.int32, backend))
     launch = plan.launch if compiled else plan.launch_eager
     if plan.fused:
-        return _COUNTERS.call(plan.counter_slots, lambda counters: launch(*inputs, counters))[0]
+        chain = counters if counters is not None else _COUNTERS
+        return chain.call(plan.counter_slots, lambda zeros: launch(*inputs, zeros))[0]
     return launch(*inputs)
 
 

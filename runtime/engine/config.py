@@ -21,6 +21,7 @@ class EngineConfig:
         paged_attention: decode attention over pages: "auto" (the generated kernel on a Metal
             or CUDA GPU, the reference elsewhere), "kernel" (fail at load without one) or
             "reference" (gather pages + SDPA everywhere).
+        compile_decode: replay paged decode steps from `mx.compile` traces.
     """
 
     kv_paged: bool = True
@@ -33,6 +34,7 @@ class EngineConfig:
     num_blocks: int | None = None
     enable_prefix_caching: bool = True
     paged_attention: str = "auto"
+    compile_decode: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_prefill_seqs", "prefill_step_size", "block_size"):

@@ -57,6 +57,7 @@ class Engine(StepRecovery):
                 num_blocks=config.num_blocks,
                 enable_prefix_caching=config.enable_prefix_caching,
                 paged_attention=config.paged_attention,
+                compile_decode=config.compile_decode,
                 max_num_tokens=config.max_num_seqs * self.max_model_len,
             )
         else:

@@ -35,6 +35,7 @@ class LLM:
         kv_paged: the paged KV path (default); False is the contiguous path, token-exact with
             mlx-lm's BatchGenerator.
         paged_attention: "auto", "kernel" or "reference" decode attention over pages.
+        compile_decode: replay paged decode steps from `mx.compile` traces.
         block_size, num_blocks, kv_budget_bytes, enable_prefix_caching: the paged KV pool
             (`num_blocks` wins over `kv_budget_bytes`; neither: 10% of device memory).
         max_num_seqs: most sequences decoding at once.
@@ -57,6 +58,7 @@ class LLM:
         kv_budget_bytes: int | None = None,
         enable_prefix_caching: bool = True,
         paged_attention: str = "auto",
+        compile_decode: bool = False,
     ):
         config = EngineConfig(
             kv_paged=kv_paged,
@@ -68,6 +70,7 @@ class LLM:
             kv_budget_bytes=kv_budget_bytes,
             enable_prefix_caching=enable_prefix_caching,
             paged_attention=paged_attention,
+            compile_decode=compile_decode,
         )
         self.model, self.tokenizer, self.model_id, model_config = load_model(model, chat_template)
         self.engine = Engine(self.model, self.tokenizer, config, model_config)

@@ -39,7 +39,7 @@ class OutputProcessor:
     def drop(self, request: Request) -> None:
         self._state.pop(request.request_id, None)
 
-    def process(self, request: Request, token: int, logprobs: mx.array) -> RequestOutput:
+    def process(self, request: Request, token: int, logprobs: mx.array | None) -> RequestOutput:
         """Account for one sampled token; sets `request.finish_reason` when it ends the request.
 
         The order is mlx-lm's: reaching max_tokens gives "length", a stop token gives "stop"

@@ -78,6 +78,7 @@ def paged_scaled_dot_product_attention(
                 scale=scale,
                 window=window,
                 backend=pool.decode_backend,
+                counters=pool.counters,
             )
         pool.attention_calls["reference", phase] += 1
         return paged_attention_reference(

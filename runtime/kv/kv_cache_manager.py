@@ -174,5 +174,10 @@ class KVCacheManager:
     def allocate_decode(self, request) -> bool:
         return self.allocate_slots(request, 1) is not None
 
+    def get_blocks(self, request: PagedRequest) -> list[KVCacheBlock]:
+        """The request's blocks: the manager's own list, which grows in place while the request
+        runs (callers read it, never change it)."""
+        return self.req_to_blocks.setdefault(request.request_id, [])
+
     def get_block_ids(self, request: PagedRequest) -> list[int]:
         return [b.block_id for b in self.req_to_blocks.get(request.request_id, [])]

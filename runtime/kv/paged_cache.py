@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from mlx_paged.kernels.counter_chain import CounterChain
+
 
 @dataclass
 class PagedAttentionMetadata:
@@ -57,6 +59,8 @@ class PagedKVPool:
         self.decode_backend: str | None = None
         # (path, phase) -> attention calls, one per layer per forward; shown in /metrics.
         self.attention_calls: Counter = Counter()
+        # The fused split-K kernel's partition counters, handed from call to call.
+        self.counters = CounterChain()
         self.k_pages = [mx.zeros(shape, dtype=dtype) for _ in range(num_layers)]
         self.v_pages = [mx.zeros(shape, dtype=dtype) for _ in range(num_layers)]
         mx.eval(self.k_pages, self.v_pages)

@@ -94,12 +94,14 @@ def build_paged_path(
     enable_prefix_caching: bool,
     max_num_tokens: int | None = None,
     paged_attention: str = "auto",
+    compile_decode: bool = False,
 ) -> tuple[PagedRunner, KVCacheManager]:
     """Check the model, size the pool and return (runner, kv manager).
 
     The pool is `num_blocks`, else `kv_budget_bytes`, else 10% of device memory but never more
     than `max_num_tokens` (all sequences at full context) could use. Decode attention runs the
-    generated kernel per `paged_attention` (see `select_decode_kernel`).
+    generated kernel per `paged_attention` (see `select_decode_kernel`); `compile_decode`
+    replays decode steps from `mx.compile` traces.
     """
     check_model_supported(model_type)
     install_attention_hook()
@@ -135,4 +137,4 @@ def build_paged_path(
         block_bytes // block_size,
         "on" if enable_prefix_caching else "off",
     )
-    return PagedRunner(model, pool, kv), kv
+    return PagedRunner(model, pool, kv, compile_decode), kv

@@ -24,7 +24,7 @@ class RowOutput:
 
     request: Request
     token: int
-    logprobs: mx.array  # (V,)
+    logprobs: mx.array | None  # (V,), for requests that asked for logprobs
 
 
 class ModelRunner(ABC):
@@ -62,31 +62,36 @@ class LookaheadDecoder:
     def reset_decode(self) -> None:
         self.decode_rows: list[Request] = []
         self.next_tokens = None  # (B,) tokens sampled last step, fed in this step
-        self.next_logprobs: list[mx.array] = []
+        # Per row, the log-probabilities its next token was sampled from; None for rows that
+        # did not ask for logprobs, so no step splits the batch's (B, V) array for them.
+        self.next_logprobs: list[mx.array | None] = []
 
-    def lookahead_step(self, rows: list[Request], forward, extra_outputs=()) -> list[RowOutput]:
+    def lookahead_step(self, rows: list[Request], forward, pending_writes=None) -> list[RowOutput]:
         """Feed the pending tokens through `forward(inputs) -> (B, V) logits`, sample the next
-        ones, and return the fed tokens with the log-probabilities they were sampled from."""
+        ones, and return the fed tokens with the log-probabilities they were sampled from.
+        `pending_writes()` returns arrays the forward updated, to evaluate with the samples."""
         if [r.request_id for r in rows] != [r.request_id for r in self.decode_rows]:
             raise RuntimeError("decode rows differ from the runner's batch order")
         inputs, current_logprobs = self.next_tokens, self.next_logprobs
         logits = forward(inputs)
         tokens, logprobs, contexts = sample(logits, inputs, [r.runtime["sampling"] for r in rows])
-        self.next_tokens, self.next_logprobs = tokens, list(logprobs)
-        mx.async_eval(self.next_tokens, self.next_logprobs, contexts, *extra_outputs)
-        mx.eval(inputs, current_logprobs)
+        self.next_tokens, self.next_logprobs = tokens, _rows_asking(rows, logprobs)
+        writes = pending_writes() if pending_writes else ()
+        mx.async_eval(tokens, _present(self.next_logprobs), contexts, writes)
+        mx.eval(inputs, _present(current_logprobs))
         return [RowOutput(r, t, lp) for r, t, lp in zip(rows, inputs.tolist(), current_logprobs)]
 
     def start_rows(self, rows: list[Request], logits: mx.array, inputs: mx.array) -> None:
         """Sample the first tokens of requests whose last prompt token gave `logits`, and append
         them to the decode batch (their tokens come out at the next decode step)."""
         tokens, logprobs, contexts = sample(logits, inputs, [r.runtime["sampling"] for r in rows])
-        mx.async_eval(tokens, logprobs, contexts)
+        wanted = _rows_asking(rows, logprobs)
+        mx.async_eval(tokens, _present(wanted), contexts)
         if self.next_tokens is None or not self.decode_rows:
             self.next_tokens = tokens
         else:
             self.next_tokens = mx.concatenate([self.next_tokens, tokens])
-        self.next_logprobs.extend(list(logprobs))
+        self.next_logprobs.extend(wanted)
         self.decode_rows.extend(rows)
 
     def drop_decode_rows(self, requests: list[Request]) -> list[int] | None:
@@ -99,3 +104,12 @@ class LookaheadDecoder:
         self.next_tokens = self.next_tokens[mx.array(keep)] if keep else None
         self.next_logprobs = [self.next_logprobs[i] for i in keep]
         return keep
+
+
+def _rows_asking(rows: list[Request], logprobs: mx.array) -> list[mx.array | None]:
+    """Row `i`'s `logprobs[i]` where its request asked for logprobs, else None."""
+    return [logprobs[i] if r.sampling_params.logprobs else None for i, r in enumerate(rows)]
+
+
+def _present(arrays: list[mx.array | None]) -> list[mx.array]:
+    return [a for a in arrays if a is not None]

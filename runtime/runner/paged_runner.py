@@ -8,28 +8,42 @@ the previous one and returns them, while its own samples are computed asynchrono
 from __future__ import annotations
 
 import mlx.core as mx
+import numpy as np
 
 from mlx_paged.engine.request import Request
 from mlx_paged.engine.scheduler import PromptSchedule
 from mlx_paged.kernels.kernel_inputs import input_array
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
 from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedKVPool, PagedLayerCache
+from mlx_paged.runner.block_table import BlockTable, bucket
+from mlx_paged.runner.compiled_decode import CompiledDecode
 from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
+
+# Narrowest table a compiled step is traced for, in blocks: short contexts share one trace.
+MIN_COMPILED_TABLE_BLOCKS = 8
 
 
 class PagedRunner(LookaheadDecoder, ModelRunner):
-    """Runs the model with one `PagedLayerCache` per layer over a shared `PagedKVPool`."""
+    """Runs the model with one `PagedLayerCache` per layer over a shared `PagedKVPool`.
 
-    def __init__(self, model, pool: PagedKVPool, kv: KVCacheManager):
+    Args:
+        compile_decode: replay decode steps from `mx.compile` traces (`CompiledDecode`), with
+            the batch and the block tables padded to powers of two; else build each step anew.
+    """
+
+    def __init__(self, model, pool: PagedKVPool, kv: KVCacheManager, compile_decode=False):
         self.model = model
         self.pool = pool
         self.kv = kv
         self.num_layers = len(pool.k_pages)
+        self.block_table = BlockTable(pool.block_size)
+        self.compiled_decode = CompiledDecode(self._decode_logits, pool) if compile_decode else None
         self.reset()
 
     def reset(self) -> None:
         self.prompt_rows: list[Request] = []
         self.reset_decode()
+        self.block_table.clear()
         if self.pool.repair():
             self.kv.block_pool.reset_prefix_cache()  # cached blocks now hold zeros
 
@@ -63,13 +77,47 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         return self.model(tokens, cache=caches)
 
     def decode(self, rows: list[Request]) -> list[RowOutput]:
-        # The scheduler already counted the fed token: it sits at num_computed_tokens - 1.
-        meta = self._metadata(rows, [r.num_computed_tokens - 1 for r in rows], [1] * len(rows))
         return self.lookahead_step(
-            rows,
-            lambda inputs: self._forward(inputs[:, None], meta)[:, -1, :],
-            extra_outputs=(self.pool.k_pages, self.pool.v_pages),
+            rows, self._decode, pending_writes=lambda: (self.pool.k_pages, self.pool.v_pages)
         )
+
+    def _decode(self, inputs: mx.array) -> mx.array:
+        """Logits of one decode step feeding `inputs`, one token per row of `decode_rows`."""
+        # The scheduler already counted the fed token: it sits at num_computed_tokens - 1.
+        context_lens = np.fromiter(
+            (r.num_computed_tokens for r in self.decode_rows), np.int32, len(self.decode_rows)
+        )
+        widest = self.block_table.sync()
+        num_rows, width = len(context_lens), widest
+        if self.compiled_decode is not None:
+            num_rows, width = bucket(num_rows), bucket(widest, MIN_COMPILED_TABLE_BLOCKS)
+        tables, lens, slots = self.block_table.decode_inputs(context_lens, num_rows, width)
+        meta = PagedAttentionMetadata(
+            block_tables=input_array(tables),
+            context_lens=input_array(lens),
+            offsets=input_array(lens - 1),
+            slot_mapping=input_array(slots),
+            num_query_tokens=1,
+        )
+        if self.compiled_decode is None:
+            return self._decode_logits(inputs, meta)
+        if num_rows > len(inputs):
+            inputs = mx.concatenate([inputs, mx.zeros(num_rows - len(inputs), inputs.dtype)])
+        return self.compiled_decode(inputs, meta)[: len(context_lens)]
+
+    def _decode_logits(self, inputs: mx.array, meta: PagedAttentionMetadata) -> mx.array:
+        return self._forward(inputs[:, None], meta)[:, -1, :]
+
+    def start_rows(self, rows: list[Request], logits: mx.array, inputs: mx.array) -> None:
+        super().start_rows(rows, logits, inputs)
+        for r in rows:
+            self.block_table.add_row(self.kv.get_blocks(r))
+
+    def drop_decode_rows(self, requests: list[Request]) -> list[int] | None:
+        keep = super().drop_decode_rows(requests)
+        if keep is not None:
+            self.block_table.keep_rows(keep)
+        return keep
 
     def run_prompts(self, plan: PromptSchedule) -> None:
         self.prompt_rows.extend(plan.joining)

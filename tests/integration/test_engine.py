@@ -64,6 +64,20 @@ def test_logprobs_are_sorted_and_greedy_token_is_the_top(llm):
         assert entry.logprob <= 0
 
 
+def test_in_a_mixed_batch_only_the_row_that_asked_gets_logprobs(llm):
+    alone = llm.generate("block table", no_eos(llm, max_tokens=5, logprobs=True))[0]
+    mixed = llm.generate(
+        ["hello world", "block table", "lazy dog"],
+        [no_eos(llm, max_tokens=5), no_eos(llm, max_tokens=5, logprobs=True),
+         no_eos(llm, max_tokens=5)],
+    )  # fmt: skip
+    assert [len(r.logprobs) for r in mixed] == [0, 5, 0]
+    assert mixed[1].token_ids == alone.token_ids
+    assert [e.logprob for e in mixed[1].logprobs] == pytest.approx(
+        [e.logprob for e in alone.logprobs], abs=1e-4
+    )
+
+
 def test_same_seed_same_sample_and_seeded_request_runs_alone(llm):
     engine = llm.engine
     params = lambda seed: no_eos(llm, max_tokens=8, temperature=1.0, seed=seed)  # noqa: E731

@@ -43,11 +43,13 @@ def assert_pool_full(llm):
     assert all(b.ref_cnt == 0 for b in pool.blocks)
 
 
+@pytest.mark.parametrize("compile_decode", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("model_type", ["llama", "qwen3", "gemma3_text"])
-def test_paged_equals_single_sequence_generate(tiny_model_dir, model_type):
+def test_paged_equals_single_sequence_generate(tiny_model_dir, model_type, compile_decode):
     llm = LLM(
         str(tiny_model_dir(model_type)),
         kv_paged=True,
+        compile_decode=compile_decode,
         block_size=4,
         num_blocks=96,
         max_num_seqs=4,
@@ -73,12 +75,19 @@ def test_prefix_cache_hit_gives_the_cold_tokens(tiny_model_dir, model_type):
     assert_pool_full(llm)
 
 
+@pytest.mark.parametrize("compile_decode", [False, True], ids=["eager", "compiled"])
 @pytest.mark.parametrize("model_type", ["llama", "gemma3_text"])
-def test_preempt_then_resume_gives_the_same_tokens(tiny_model_dir, model_type):
+def test_preempt_then_resume_gives_the_same_tokens(tiny_model_dir, model_type, compile_decode):
     roomy = LLM(str(tiny_model_dir(model_type)), kv_paged=True, block_size=4, num_blocks=128)
     prompts = [roomy.tokenizer.encode(t) for t in TEXTS]
     expected = [r.token_ids for r in roomy.generate(prompts, params(roomy))]
-    tight = LLM(str(tiny_model_dir(model_type)), kv_paged=True, block_size=4, num_blocks=22)
+    tight = LLM(
+        str(tiny_model_dir(model_type)),
+        kv_paged=True,
+        block_size=4,
+        num_blocks=22,
+        compile_decode=compile_decode,
+    )
     got = [r.token_ids for r in tight.generate(prompts, params(tight))]
     assert got == expected
     assert tight.engine.metrics.preemptions_total > 0

@@ -38,3 +38,14 @@ def test_more_groups_than_slots_start_a_larger_chain_of_zeros():
     chain.call(3000, _launch(seen, 3))
     assert seen[2].shape == (3000,)
     assert chain.size() == 3000
+
+
+def test_reserve_grows_and_replace_hands_in_a_traced_steps_counters():
+    chain, seen = CounterChain(), []
+    reserved = chain.reserve(300)
+    assert reserved.shape == (300,)
+    assert chain.reserve(10) is reserved  # big enough: the same counters
+    traced_next = mx.full((300,), 7, dtype=mx.int32)
+    chain.replace(traced_next)
+    chain.call(8, _launch(seen, 1))
+    assert seen[0] is traced_next

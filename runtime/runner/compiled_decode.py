@@ -1,0 +1,73 @@
+"""The paged decode forward traced once per input shape with `mx.compile`, then replayed.
+
+A replay skips building the model's graph in Python and fuses its elementwise chains. Shapes
+repeat because the runner pads the batch and the block tables to powers of two
+(`block_table.bucket`), so a server traces a handful of shapes and then only replays.
+
+The pages go in and come out of the traced function (the page writes stay scatters that reuse
+the pool's buffers), and so do the fused split-K kernel's partition counters, which chain from
+call to call.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import mlx.core as mx
+
+from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedKVPool
+
+
+class CompiledDecode:
+    """`forward(tokens, meta) -> logits` of one decode step, through a compiled trace.
+
+    Args:
+        forward: the eager forward, `(tokens (B, 1), meta) -> logits (B, 1, V)`, writing the
+            pool's pages.
+        pool: the pool whose pages `forward` reads and writes.
+    """
+
+    def __init__(self, forward, pool: PagedKVPool):
+        self._forward = forward
+        self.pool = pool
+        self._compiled = mx.compile(self._traced)
+        # Attention calls one step adds to `pool.attention_calls`: the hook counts them while
+        # tracing only, so replays add what the last trace counted.
+        self._calls_per_step: Counter = Counter()
+
+    def __call__(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:
+        pool = self.pool
+        k_pages, v_pages = list(pool.k_pages), list(pool.v_pages)
+        groups = meta.block_tables.shape[0] * pool.page_shape[2]
+        counters = pool.counters.reserve(groups)
+        before = Counter(pool.attention_calls)
+        try:
+            logits, counters_next, k_new, v_new = self._compiled(
+                tokens, meta.block_tables, meta.context_lens, meta.slot_mapping, counters,
+                k_pages, v_pages,
+            )  # fmt: skip
+        except BaseException:
+            pool.k_pages[:], pool.v_pages[:] = k_pages, v_pages  # a failed trace left tracers
+            raise
+        traced = pool.attention_calls - before
+        if traced:
+            self._calls_per_step = traced
+        else:
+            pool.attention_calls.update(self._calls_per_step)
+        pool.counters.replace(counters_next)
+        pool.k_pages[:], pool.v_pages[:] = k_new, v_new
+        return logits
+
+    def _traced(self, tokens, block_tables, context_lens, slot_mapping, counters, k_pages, v_pages):
+        pool = self.pool
+        pool.k_pages[:], pool.v_pages[:] = k_pages, v_pages
+        pool.counters.replace(counters)
+        meta = PagedAttentionMetadata(
+            block_tables=block_tables,
+            context_lens=context_lens,
+            offsets=context_lens - 1,
+            slot_mapping=slot_mapping,
+            num_query_tokens=1,
+        )
+        logits = self._forward(tokens, meta)
+        return logits, pool.counters.reserve(0), list(pool.k_pages), list(pool.v_pages)
