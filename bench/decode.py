@@ -81,24 +81,31 @@ def _method(name: str, tok_s: float, samples: list[float]) -> dict:
     return {"decode_tok_s": tok_s, "samples": samples}
 
 
+ENGINE_METHODS = {
+    "paged_kernel": dict(paged_attention="kernel"),
+    "paged_kernel_compiled": dict(paged_attention="kernel", compile_decode=True),
+    "paged_reference": dict(paged_attention="reference"),
+    "contiguous": dict(kv_paged=False),
+}
+DEFAULT_METHODS = ("paged_kernel", "paged_reference", "contiguous")
+
+
 def _engine_methods(model: str, prompts: list, args) -> tuple[dict, object]:
-    """The engine's three paths, one after another; also the contiguous path's model, which
-    `BatchGenerator` then reuses."""
+    """The engine's paths in `args.methods`, one after another; also a loaded model for
+    `BatchGenerator` (the contiguous path's, when it ran)."""
     from mlx_paged import LLM
 
     common = dict(max_num_seqs=args.batch, max_num_prefill_seqs=args.prefill_batch,
                   prefill_step_size=args.prompt, enable_prefix_caching=False)  # fmt: skip
-    methods = {}
-    for name, kwargs in (
-        ("paged_kernel", dict(paged_attention="kernel")),
-        ("paged_reference", dict(paged_attention="reference")),
-        ("contiguous", dict(kv_paged=False)),
-    ):
-        llm = LLM(model, **common, **kwargs)
+    methods, bg_model = {}, None
+    for name in (m for m in args.methods if m in ENGINE_METHODS):
+        llm = LLM(model, **common, **ENGINE_METHODS[name])
+        before = _step_counters(llm)
         samples = _decode_tok_s(lambda n, llm=llm: _timed_engine(llm, prompts, n), args.batch,
                                 args.new, args.repeats)  # fmt: skip
         methods[name] = _method(name, *samples)
-        if name == "paged_kernel":
+        methods[name].update(_step_split(llm, before, args.batch))
+        if name.startswith("paged"):
             calls = llm.engine.runner.pool.attention_calls
             methods[name]["attention_calls"] = {f"{p}/{ph}": n for (p, ph), n in calls.items()}
         if name == "contiguous":
@@ -107,4 +114,23 @@ def _engine_methods(model: str, prompts: list, args) -> tuple[dict, object]:
             llm.engine.shutdown()
             del llm
         mx.clear_cache()
+    if bg_model is None:
+        from mlx_lm import load
+
+        bg_model = load(model)[0]
     return methods, bg_model
+
+
+def _step_counters(llm) -> tuple[float, float, int]:
+    m = llm.engine.metrics
+    return m.decode_seconds_total, m.decode_wait_seconds_total, m.generation_tokens_total
+
+
+def _step_split(llm, before: tuple[float, float, int], batch: int) -> dict:
+    """Host and device-wait ms per decode step since `before` (`_step_counters`): a step
+    waits for the device only when its host work took less than the device's."""
+    total, wait, tokens = (a - b for a, b in zip(_step_counters(llm), before))
+    steps = tokens / batch
+    host_ms, wait_ms = (total - wait) / steps * 1e3, wait / steps * 1e3
+    print(f"{'':16s} host {host_ms:.2f} ms/step, waiting for the device {wait_ms:.2f} ms/step")
+    return {"host_ms_per_step": host_ms, "wait_ms_per_step": wait_ms}

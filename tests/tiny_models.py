@@ -138,9 +138,12 @@ def build_tokenizer(out: Path):
     return hf
 
 
-def build_model(out: Path, model_type: str, seed: int = 0, **overrides) -> Path:
+def build_model(
+    out: Path, model_type: str, seed: int = 0, dtype: mx.Dtype | None = None, **overrides
+) -> Path:
     """Write a tiny random `model_type` model with its tokenizer into `out` and return it;
-    `overrides` replace config entries (e.g. head_dim=64 for the GPU kernels)."""
+    `dtype` casts its weights, `overrides` replace config entries (e.g. head_dim=64 for the GPU
+    kernels)."""
     import importlib
 
     from mlx_lm.utils import save_config, save_model
@@ -169,6 +172,8 @@ def build_model(out: Path, model_type: str, seed: int = 0, **overrides) -> Path:
     module = importlib.import_module(f"mlx_lm.models.{outer}")
     mx.random.seed(seed)
     model = module.Model(module.ModelArgs.from_dict(config))
+    if dtype is not None:
+        model.set_dtype(dtype)
     mx.eval(model.parameters())
     save_model(out, model)
     save_config(config, config_path=out / "config.json")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from mlx_paged.bench.decode import DEFAULT_METHODS, ENGINE_METHODS
 from mlx_paged.kernels.kernel_spec import KERNELS
 
 
@@ -162,5 +163,12 @@ def _add_decode(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--new", type=int, default=128, help="new tokens per sequence")
     p.add_argument("--prefill-batch", type=int, default=8, help="sequences prefilling at once")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--methods",
+        nargs="+",
+        default=list(DEFAULT_METHODS),
+        choices=list(ENGINE_METHODS),
+        help="engine paths to time next to BatchGenerator (default: %(default)s)",
+    )
     p.add_argument("--out", default="bench/out/decode.json", help="JSON results file")
     p.set_defaults(run=_bench("decode"))

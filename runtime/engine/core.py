@@ -238,6 +238,7 @@ class Engine(StepRecovery):
                     self.metrics.count_finish(out.finish_reason)
             self.metrics.generation_tokens_total += len(rows)
             self.metrics.decode_seconds_total += time.perf_counter() - tic
+            self.metrics.decode_wait_seconds_total = self.runner.device_wait_seconds
             if finished:
                 self._finish(finished)
             for req, message in failed:

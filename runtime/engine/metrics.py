@@ -16,6 +16,7 @@ class EngineMetrics:
     preemptions_total: int = 0
     prefix_cache_hit_tokens_total: int = 0
     decode_seconds_total: float = 0.0
+    decode_wait_seconds_total: float = 0.0
     prefill_seconds_total: float = 0.0
     finished: dict[str, int] = field(default_factory=dict)
 
@@ -46,6 +47,9 @@ def render_prometheus(engine) -> str:
     m = engine.metrics
     out.add("mlx_paged_decode_seconds_total", "counter", "Time in decode steps.",
             round(m.decode_seconds_total, 6))  # fmt: skip
+    out.add("mlx_paged_decode_wait_seconds_total", "counter",
+            "Time decode steps waited for the device; the rest of the decode time is host work.",
+            round(m.decode_wait_seconds_total, 6))  # fmt: skip
     out.add("mlx_paged_prefill_seconds_total", "counter", "Time in prompt steps.",
             round(m.prefill_seconds_total, 6))  # fmt: skip
     return "\n".join(out.lines) + "\n"

@@ -8,6 +8,7 @@ or cancelled requests leave through `remove`.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -59,6 +60,9 @@ class LookaheadDecoder:
     pattern): each forward feeds the tokens sampled by the previous one and returns them, while
     its own samples are computed asynchronously."""
 
+    # Seconds decode steps waited for the device to finish the previous step's samples.
+    device_wait_seconds: float = 0.0
+
     def reset_decode(self) -> None:
         self.decode_rows: list[Request] = []
         self.next_tokens = None  # (B,) tokens sampled last step, fed in this step
@@ -78,7 +82,9 @@ class LookaheadDecoder:
         self.next_tokens, self.next_logprobs = tokens, _rows_asking(rows, logprobs)
         writes = pending_writes() if pending_writes else ()
         mx.async_eval(tokens, _present(self.next_logprobs), contexts, writes)
+        tic = time.perf_counter()
         mx.eval(inputs, _present(current_logprobs))
+        self.device_wait_seconds += time.perf_counter() - tic
         return [RowOutput(r, t, lp) for r, t, lp in zip(rows, inputs.tolist(), current_logprobs)]
 
     def start_rows(self, rows: list[Request], logits: mx.array, inputs: mx.array) -> None:

@@ -3,6 +3,7 @@ path, and the path counters prove the kernel produced them."""
 
 from __future__ import annotations
 
+import mlx.core as mx
 import pytest
 from tiny_models import build_model
 
@@ -27,21 +28,44 @@ def test_kernel_tokens_equal_reference_tokens(tmp_path, model_type):
     )
     params = SamplingParams(max_tokens=40, ignore_eos=True)
     results = {}
-    for mode in ("kernel", "reference"):
+    for mode, compiled in (("kernel", False), ("kernel", True), ("reference", False)):
         llm = LLM(
             str(folder),
             block_size=16,
             num_blocks=64,
             paged_attention=mode,
             enable_prefix_caching=False,
+            compile_decode=compiled,
         )
         tokens = [r.token_ids for r in llm.generate(PROMPTS, params)]
         calls = dict(llm.engine.runner.pool.attention_calls)
-        results[mode] = (tokens, calls)
-    kernel_tokens, kernel_calls = results["kernel"]
-    reference_tokens, reference_calls = results["reference"]
+        results[mode, compiled] = (tokens, calls)
+    kernel_tokens, kernel_calls = results["kernel", False]
+    reference_tokens, reference_calls = results["reference", False]
     assert kernel_tokens == reference_tokens
+    assert results["kernel", True] == results["kernel", False]
     assert all(len(t) == 40 for t in kernel_tokens)
     assert kernel_calls.get(("kernel", "decode"), 0) >= 2 * 39
     assert kernel_calls.get(("reference", "decode"), 0) == 0
     assert reference_calls.get(("kernel", "decode"), 0) == 0
+
+
+def test_compiled_steps_replay_the_tensor_core_kernels_with_the_eager_tokens(tmp_path):
+    """bf16 pages at head_dim 64: one long row takes the fused split-K kernel (its counters
+    pass through the traced step), then a wide batch the single-pass kernel."""
+    folder = build_model(
+        tmp_path / "llama", "llama", head_dim=64, num_attention_heads=8, num_key_value_heads=2,
+        max_position_embeddings=4096, dtype=mx.bfloat16,
+    )  # fmt: skip
+    long_prompt = [[(7 * i) % 300 + 3 for i in range(2200)]]
+    wide = [[(11 * i + b) % 300 + 3 for i in range(40)] for b in range(24)]
+    params = SamplingParams(max_tokens=24, ignore_eos=True)
+    results = {}
+    for compiled in (False, True):
+        llm = LLM(str(folder), block_size=16, num_blocks=512, paged_attention="kernel",
+                  enable_prefix_caching=False, compile_decode=compiled)  # fmt: skip
+        results[compiled] = [
+            [r.token_ids for r in llm.generate(prompts, params)] for prompts in (long_prompt, wide)
+        ]
+        assert llm.engine.runner.pool.dtype == mx.bfloat16
+    assert results[True] == results[False]
