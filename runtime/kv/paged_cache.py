@@ -13,8 +13,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 import mlx.core as mx
+import numpy as np
 
 from mlx_paged.kernels.counter_chain import CounterChain
+from mlx_paged.kernels.kernel_inputs import input_array
 
 
 @dataclass
@@ -25,13 +27,15 @@ class PagedAttentionMetadata:
         block_tables: `(B, max_blocks)` int32, padded with the null block 0.
         context_lens: `(B,)` int32 tokens per row after this forward's writes.
         offsets: `(B,)` int32 position of each row's first query token (RoPE offset).
-        slot_mapping: `(B * L,)` int32 flat slot of each query token; padding goes to slot 0.
+        slot_mapping: where each query token's K/V is written, as `(block ids, offsets in the
+            block)`, each `(B * L,)` int32; padding goes to slot 0 of the null block. Two
+            indices into the 4D pages make the write one scatter, with no reshapes of the pool.
     """
 
     block_tables: mx.array
     context_lens: mx.array
     offsets: mx.array
-    slot_mapping: mx.array
+    slot_mapping: tuple[mx.array, mx.array]
     num_query_tokens: int
 
     @property
@@ -81,16 +85,19 @@ class PagedKVPool:
             mx.eval(self.k_pages, self.v_pages)
             return True
 
-    def write(self, layer: int, keys: mx.array, values: mx.array, slot_mapping: mx.array) -> None:
+    def write(
+        self, layer: int, keys: mx.array, values: mx.array, slot_mapping: tuple[mx.array, mx.array]
+    ) -> None:
         """Scatter `(B, H, L, D)` keys/values into `layer`'s pages at `slot_mapping`."""
         for pages, new in ((self.k_pages, keys), (self.v_pages, values)):
-            num_blocks, block_size, heads, dim = pages[layer].shape
-            flat = pages[layer].reshape(num_blocks * block_size, heads, dim)
+            batch, heads, length, dim = new.shape
+            if length > 1:
+                new = new.transpose(0, 2, 1, 3)
+            new = new.reshape(batch * length, heads, dim).astype(self.dtype)
+            page = pages[layer]
             pages[layer] = None  # drop our reference before the scatter: it may reuse the buffer
-            flat[slot_mapping] = (
-                new.transpose(0, 2, 1, 3).reshape(-1, heads, dim).astype(flat.dtype)
-            )
-            pages[layer] = flat.reshape(num_blocks, block_size, heads, dim)
+            page[slot_mapping] = new
+            pages[layer] = page
 
 
 @dataclass
@@ -132,3 +139,9 @@ class PagedLayerCache:
     @property
     def v_pages(self) -> mx.array:
         return self.pool.v_pages[self.layer]
+
+
+def split_slots(slots, block_size: int) -> tuple[mx.array, mx.array]:
+    """`slot_mapping` of flat slot numbers (`block * block_size + offset`, a numpy array)."""
+    slots = np.asarray(slots, dtype=np.int32)
+    return input_array(slots // block_size), input_array(slots % block_size)

@@ -11,6 +11,7 @@ from mlx_paged.kv.attention_hook import check_model_supported, install_attention
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
 from mlx_paged.kv.kv_layout import KVLayout, probe_kv_layout
 from mlx_paged.kv.paged_cache import PagedKVPool
+from mlx_paged.models.weight_views import cache_weight_views
 from mlx_paged.runner.paged_runner import PagedRunner
 
 logger = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ def build_paged_path(
     check_model_supported(model_type)
     install_attention_hook()
     layout = probe_kv_layout(model)
+    logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
     num_layers, heads, head_dim, dtype = (
         layout.num_layers,
         layout.num_kv_heads,

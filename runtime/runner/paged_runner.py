@@ -14,7 +14,12 @@ from mlx_paged.engine.request import Request
 from mlx_paged.engine.scheduler import PromptSchedule
 from mlx_paged.kernels.kernel_inputs import input_array
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
-from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedKVPool, PagedLayerCache
+from mlx_paged.kv.paged_cache import (
+    PagedAttentionMetadata,
+    PagedKVPool,
+    PagedLayerCache,
+    split_slots,
+)
 from mlx_paged.runner.block_table import BlockTable, bucket
 from mlx_paged.runner.compiled_decode import CompiledDecode
 from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
@@ -68,7 +73,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             block_tables=input_array([t + [0] * (max_blocks - len(t)) for t in tables]),
             context_lens=input_array([s + n for s, n in zip(starts, counts)]),
             offsets=input_array(starts),
-            slot_mapping=input_array(slots),
+            slot_mapping=split_slots(slots, bs),
             num_query_tokens=width,
         )
 
@@ -96,7 +101,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             block_tables=input_array(tables),
             context_lens=input_array(lens),
             offsets=input_array(lens - 1),
-            slot_mapping=input_array(slots),
+            slot_mapping=split_slots(slots, self.pool.block_size),
             num_query_tokens=1,
         )
         if self.compiled_decode is None:

@@ -9,7 +9,12 @@ from mlx_lm import load
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlx_paged.kv.attention_hook import check_model_supported, install_attention_hook
-from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedKVPool, PagedLayerCache
+from mlx_paged.kv.paged_cache import (
+    PagedAttentionMetadata,
+    PagedKVPool,
+    PagedLayerCache,
+    split_slots,
+)
 
 
 def metadata(tables, lens_before, num_new, block_size, width):
@@ -25,7 +30,7 @@ def metadata(tables, lens_before, num_new, block_size, width):
         block_tables=bt,
         context_lens=mx.array([s + n for s, n in zip(lens_before, num_new)], dtype=mx.int32),
         offsets=mx.array(lens_before, dtype=mx.int32),
-        slot_mapping=mx.array(slots, dtype=mx.int32),
+        slot_mapping=split_slots(slots, block_size),
         num_query_tokens=width,
     )
 
