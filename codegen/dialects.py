@@ -29,6 +29,8 @@ class Dialect:
     barrier: str  # every thread of the threadgroup
     finite_min: str  # most negative finite float: the online-softmax sentinel
     exp2: str  # fast base-2 exponential of a float
+    cos: str  # IEEE-accurate cosine and sine of a float (RoPE angles reach thousands of radians)
+    sin: str
     align16: str  # qualifier that makes a thread-local array 16-byte aligned
     mlx_dtype_names: dict
 
@@ -49,6 +51,8 @@ METAL = Dialect(
     barrier="threadgroup_barrier(mem_flags::mem_threadgroup)",
     finite_min="Limits<float>::finite_min",
     exp2="fast::exp2",
+    cos="precise::cos",
+    sin="precise::sin",
     align16="",
     mlx_dtype_names={"float16": "float16_t", "bfloat16": "bfloat16_t", "float32": "float"},
 )
@@ -69,6 +73,8 @@ CUDA = Dialect(
     barrier="__syncthreads()",
     finite_min="Limits<float>::finite_min()",
     exp2="exp2f",
+    cos="cosf",
+    sin="sinf",
     align16="alignas(16) ",
     mlx_dtype_names={"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float"},
 )

@@ -84,6 +84,11 @@ float exp2(float);
 float log(float);
 float rsqrt(float);
 }  // namespace fast
+
+namespace precise {
+float cos(float);
+float sin(float);
+}  // namespace precise
 }  // namespace metal
 
 using namespace metal;

@@ -71,7 +71,12 @@ KERNELS = {
 class KernelSpec:
     """One kernel (a key of `KERNELS`) at one shape, e.g.
     `decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024` or `decode_simt_metal_f32_hd80_bs8_g3_sw`
-    (`pN`: tokens per partition of a split kernel; `sw`: sliding-window support)."""
+    (`pN`: tokens per partition of a split kernel; `sw`: sliding-window support).
+
+    With `rope`, the kernel also does the decode step's RoPE (its name starts `decode_rope_`):
+    it takes the step's unrotated query, key and value, rotates the query and key, attends over
+    the pages plus the new token, and returns the rotated key for the page write.
+    """
 
     kernel: str
     backend: str
@@ -81,6 +86,7 @@ class KernelSpec:
     gqa: int = 1
     partition_size: int = 0
     sliding_window: bool = False
+    rope: bool = False
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -98,6 +104,8 @@ class KernelSpec:
                     f"(supported: {', '.join(map(str, allowed))})"
                 )
         self._check_partition()
+        if self.rope and self.is_reduce:
+            raise UnsupportedSpecError(f"{self.name}: the reduce pass takes no RoPE")
         if self.tensor_cores:  # which the fused merge's fences need too: CUDA only
             self._check_tensor_cores()
 
@@ -131,7 +139,7 @@ class KernelSpec:
     @property
     def name(self) -> str:
         parts = [
-            self.kernel,
+            self.kernel.replace("decode_", "decode_rope_", 1) if self.rope else self.kernel,
             self.backend,
             _DTYPE_SHORT.get(self.dtype, str(self.dtype)),
             f"hd{self.head_dim}",
@@ -184,6 +192,9 @@ class KernelSpec:
     @classmethod
     def parse(cls, name: str) -> KernelSpec:
         """Inverse of `name`."""
+        rope = name.startswith("decode_rope_")
+        if rope:
+            name = "decode_" + name.removeprefix("decode_rope_")
         kernel = next(
             (k for k in sorted(KERNELS, key=len, reverse=True) if name.startswith(k + "_")), None
         )
@@ -209,4 +220,4 @@ class KernelSpec:
                 f"{name!r} is not a kernel spec name (expected e.g. "
                 f"decode_simt_metal_bf16_hd128_bs16_g4)"
             ) from exc
-        return cls(kernel, backend, *values, partition, sliding)
+        return cls(kernel, backend, *values, partition, sliding, rope)

@@ -46,10 +46,15 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
         seq_lens,
         mx.array([1.0], dtype=mx.float32),
     ] + window
+    new_token = (seqs, kv_heads, 1, spec.head_dim)
+    if spec.rope:
+        inputs += [mx.zeros(new_token, dtype), mx.zeros(new_token, dtype)]
+        inputs.append(mx.ones((spec.head_dim // 2,), mx.float32))
+    rotated = ([new_token], [dtype]) if spec.rope else ([], [])
     if spec.partitioned:
         shapes = [(seqs, heads, parts, spec.head_dim), (seqs, heads, parts), (seqs, heads, parts)]
-        return inputs, shapes, [mx.float32] * 3
-    return inputs, [(seqs, heads, 1, spec.head_dim)], [dtype]
+        return inputs, shapes + rotated[0], [mx.float32] * 3 + rotated[1]
+    return inputs, [(seqs, heads, 1, spec.head_dim)] + rotated[0], [dtype] + rotated[1]
 
 
 def capture_metal_source(spec: KernelSpec, kernel=None) -> str:

@@ -74,6 +74,58 @@ def paged_attention_decode(
     backend = backend or current_backend()
     plan = _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backend, kernel,
                          partition_size)  # fmt: skip
+    inputs = _inputs(queries, k_pages, v_pages, block_tables, seq_lens, scale, window, backend)
+    return _launch(plan, inputs, compiled, counters)[0]
+
+
+def paged_attention_decode_rope(
+    queries: mx.array,
+    keys: mx.array,
+    values: mx.array,
+    k_pages: mx.array,
+    v_pages: mx.array,
+    block_tables: mx.array,
+    seq_lens: mx.array,
+    *,
+    scale: float,
+    rope_inv_freq: mx.array,
+    window: int | None = None,
+    backend: str | None = None,
+    kernel: str | None = None,
+    partition_size: int | None = None,
+    counters: CounterChain | None = None,
+) -> tuple[mx.array, mx.array]:
+    """The decode step's RoPE and attention in one kernel (`decode_rope_*`).
+
+    Queries `(B, Hq, 1, D)`, keys and values `(B, Hkv, 1, D)` are the step's own, not yet
+    rotated; row b's token sits at position `seq_lens[b] - 1`, and the pages hold its keys
+    `[0, seq_lens[b] - 1)`. The kernel rotates the query and the key (non-interleaved RoPE,
+    angle `position * rope_inv_freq[i]` for dims i and i + len(rope_inv_freq); later dims pass
+    through) and attends over the pages plus the new token.
+
+    Returns:
+        `(attention output (B, Hq, 1, D), rotated keys (B, Hkv, 1, D))`; the caller writes the
+        rotated keys and `values` into the pages.
+
+    Raises:
+        UnsupportedSpecError: as `paged_attention_decode`, and for new K/V that do not match.
+    """
+    backend = backend or current_backend()
+    plan = _checked_plan(queries, k_pages, v_pages, block_tables, window, None, backend, kernel,
+                         partition_size, rope=True)  # fmt: skip
+    expected = (queries.shape[0], k_pages.shape[2], 1, queries.shape[3])
+    if keys.shape != expected or values.shape != expected or keys.dtype != queries.dtype:
+        raise UnsupportedSpecError(
+            f"{plan.name}: new keys {keys.shape} {keys.dtype} / values {values.shape} do not "
+            f"match {expected} {queries.dtype}"
+        )
+    inputs = _inputs(queries, k_pages, v_pages, block_tables, seq_lens, scale, window, backend)
+    inputs += [keys, values, rope_inv_freq.astype(mx.float32)]
+    outputs = _launch(plan, inputs, True, counters)
+    return outputs[0], outputs[1]
+
+
+def _inputs(queries, k_pages, v_pages, block_tables, seq_lens, scale, window, backend) -> list:
     if block_tables.dtype != mx.int32:
         block_tables = block_tables.astype(mx.int32)
     if seq_lens.dtype != mx.int32:
@@ -82,15 +134,20 @@ def paged_attention_decode(
     inputs = [queries, k_pages, v_pages, block_tables, seq_lens, scale_input]
     if window is not None:
         inputs.append(constant(int(window), mx.int32, backend))
+    return inputs
+
+
+def _launch(plan, inputs: list, compiled: bool, counters: CounterChain | None) -> list:
+    """The plan's outputs (see `LaunchPlan.launch`), its counters chained through `counters`."""
     launch = plan.launch if compiled else plan.launch_eager
     if plan.fused:
         chain = counters if counters is not None else _COUNTERS
-        return chain.call(plan.counter_slots, lambda zeros: launch(*inputs, zeros))[0]
+        return chain.call(plan.counter_slots, lambda zeros: launch(*inputs, zeros))
     return launch(*inputs)
 
 
 def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backend, kernel,
-                  partition_size):  # fmt: skip
+                  partition_size, rope=False):  # fmt: skip
     """The launch plan of this call's shape, after the checks that need no GPU work."""
     if backend is None:
         raise UnsupportedSpecError(
@@ -100,7 +157,7 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
     (num_seqs, num_heads, num_queries, head_dim), k_shape = queries.shape, k_pages.shape
     plan = launch_plan(
         backend, queries.dtype, num_seqs, num_heads, num_queries, head_dim, k_shape[1],
-        k_shape[2], block_tables.shape[1], window is not None, kernel, partition_size,
+        k_shape[2], block_tables.shape[1], window is not None, kernel, partition_size, rope,
     )  # fmt: skip
     if sinks is not None:
         raise UnsupportedSpecError(f"{plan.name}: attention sinks are not implemented")
@@ -120,13 +177,15 @@ def warm_up(
     gqa: int,
     sliding_window: bool,
     progress=None,
+    rope: bool = False,
 ) -> list[KernelSpec]:
-    """Compile every kernel a model's decode will call (`routed_specs`), one tiny call each.
+    """Compile every kernel a model's decode will call (`routed_specs`; with `rope`, their
+    `decode_rope_*` forms), one tiny call each.
 
     NVRTC/Metal compile a spec on its first call (about 2 s each on CUDA); doing it at load keeps
     that out of the first requests. `progress(spec, seconds)` reports each one.
     """
-    specs = routed_specs(backend, dtype, head_dim, block_size, gqa, sliding_window)
+    specs = routed_specs(backend, dtype, head_dim, block_size, gqa, sliding_window, rope)
     window = 4 if sliding_window else None
     pages = mx.zeros((17, block_size, 1, head_dim), dtype=dtype)
     for spec in specs:
@@ -139,20 +198,16 @@ def warm_up(
             queries = mx.zeros((batch, gqa, 1, head_dim), dtype=dtype)
             tables = mx.array([[2 * b + 1, 2 * b + 2] for b in range(batch)], dtype=mx.int32)
             lens = mx.full((batch,), block_size + 1, dtype=mx.int32)
-            mx.eval(
-                paged_attention_decode(
-                    queries,
-                    pages,
-                    pages,
-                    tables,
-                    lens,
-                    scale=1.0,
-                    window=window,
-                    backend=backend,
-                    kernel=spec.kernel,
-                    partition_size=spec.partition_size or None,
-                )
-            )
+            args = (pages, pages, tables, lens)
+            forced = dict(scale=1.0, window=window, backend=backend, kernel=spec.kernel,
+                          partition_size=spec.partition_size or None)  # fmt: skip
+            if rope:
+                new = mx.zeros((batch, 1, 1, head_dim), dtype=dtype)
+                freqs = mx.ones((head_dim // 2,), dtype=mx.float32)
+                mx.eval(paged_attention_decode_rope(queries, new, new, *args,
+                                                    rope_inv_freq=freqs, **forced))  # fmt: skip
+            else:
+                mx.eval(paged_attention_decode(queries, *args, **forced))
         if progress is not None:
             progress(spec, time.perf_counter() - tic)
     return specs

@@ -38,7 +38,8 @@ class Geometry:
 
 
 def _threadgroup_bytes(nsg: int, spec: KernelSpec) -> int:
-    return 4 * nsg * spec.gqa * (spec.head_dim + 2)
+    # The merge buffer, plus the new token's scores of a RoPE kernel.
+    return 4 * nsg * spec.gqa * (spec.head_dim + 2) + (4 * spec.gqa if spec.rope else 0)
 
 
 def _simdgroups(spec: KernelSpec) -> int:
@@ -115,28 +116,35 @@ def define(spec: KernelSpec) -> KernelDefinition:
             )
         )
     geo = geometry(spec)
+    return check_definition(_pass_one(spec, geo, header, window))
+
+
+def _pass_one(spec: KernelSpec, geo: Geometry, header: str, window: tuple) -> KernelDefinition:
+    """Pass 1 (or the single pass): its inputs, outputs and launch sizes."""
+    rotated = ("k_roped",) if spec.rope else ()
     outputs = ("partial_out", "partial_max", "partial_sum") if spec.partitioned else ("out",)
+    outputs += rotated
     if spec.fused_reduce:
         # One array for the three partials: MLX's host time per call grows by about 1.8 µs
         # with each output.
-        outputs = ("out", "partials", "counters_next")
+        outputs = ("out", "partials", *rotated, "counters_next")
+    new_token = ("k_new", "v_new", "rope_inv_freq") if spec.rope else ()
     counters = ("counters",) if spec.fused_reduce else ()
-    return check_definition(
-        KernelDefinition(
-            name=spec.name,
-            backend=spec.backend,
-            spec=spec,
-            source=render(TEMPLATES, "paged_attention.jinja", spec, geo=geo),
-            header=header,
-            input_names=("queries", "k_pages", "v_pages", "block_tables", "seq_lens", "scale")
-            + window
-            + counters,
-            output_names=outputs,
-            threads_per_threadgroup=geo.nsg * 32,
-            threadgroup_bytes=_threadgroup_bytes(geo.nsg, spec),
-            ring_bytes=geo.ring_bytes(spec),
-            notes={"geometry": geo},
-        )
+    return KernelDefinition(
+        name=spec.name,
+        backend=spec.backend,
+        spec=spec,
+        source=render(TEMPLATES, "paged_attention.jinja", spec, geo=geo),
+        header=header,
+        input_names=("queries", "k_pages", "v_pages", "block_tables", "seq_lens", "scale")
+        + window
+        + new_token
+        + counters,
+        output_names=outputs,
+        threads_per_threadgroup=geo.nsg * 32,
+        threadgroup_bytes=_threadgroup_bytes(geo.nsg, spec),
+        ring_bytes=geo.ring_bytes(spec),
+        notes={"geometry": geo},
     )
 
 

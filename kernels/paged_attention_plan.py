@@ -29,10 +29,11 @@ class LaunchPlan:
     one flat array for the fused split-K); a `fused` pass 1 also takes and returns the counters
     (`CounterChain`).
 
-    `launch(queries, k_pages, v_pages, block_tables, seq_lens, scale[, window][, counters])`
-    adds the plan's kernels to MLX's graph and returns the output (and, fused, the next
-    counters). It is `launch_eager` under `mx.compile`: traced once, each later call replays
-    the kernel nodes without rebuilding them (see `_launch_function`).
+    `launch(queries, k_pages, v_pages, block_tables, seq_lens, scale[, window][, k_new, v_new,
+    rope_inv_freq][, counters])` adds the plan's kernels to MLX's graph and returns a list: the
+    output, then the rotated key of a `rope` plan, then a fused plan's next counters. It is
+    `launch_eager` under `mx.compile`: traced once, each later call replays the kernel nodes
+    without rebuilding them (see `_launch_function`).
     """
 
     name: str  # the pass-1 spec's name, for error messages
@@ -45,6 +46,8 @@ class LaunchPlan:
     out_shape: tuple[int, ...]
     dtype: mx.Dtype
     counter_slots: int = 0  # the counters a fused call needs: one per group
+    window: bool = False  # takes the window size
+    rope: bool = False  # takes the step's new K/V and RoPE frequencies, returns the rotated K
     reduce_kernel: Any = None
     reduce_grid: tuple[int, int, int] = (0, 0, 0)
     launch_eager: Callable = field(init=False, compare=False, repr=False)
@@ -70,9 +73,11 @@ def launch_plan(
     sliding_window: bool,
     kernel: str | None = None,
     partition_size: int | None = None,
+    rope: bool = False,
 ) -> LaunchPlan:
-    """The plan of one shape (see `paged_attention_decode` for the arguments); raises
-    `UnsupportedSpecError` for a shape the kernels cannot serve."""
+    """The plan of one shape (see `paged_attention_decode` for the arguments; `rope`: the
+    `decode_rope_*` kernels); raises `UnsupportedSpecError` for a shape the kernels cannot
+    serve."""
     if num_heads % num_kv_heads:
         raise UnsupportedSpecError(
             f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads"
@@ -84,15 +89,16 @@ def launch_plan(
     )
     spec = KernelSpec(
         kernel, backend, dtype_name(dtype), head_dim, block_size, num_heads // num_kv_heads,
-        partition_size, sliding_window,
+        partition_size, sliding_window, rope,
     )  # fmt: skip
     if num_queries != 1:
         raise UnsupportedSpecError(
             f"{spec.name}: decode kernels take one query per row, not {num_queries}"
         )
     shapes = dict(
-        groups=groups, out_shape=(num_seqs, num_heads, num_queries, head_dim), dtype=dtype
-    )
+        groups=groups, out_shape=(num_seqs, num_heads, num_queries, head_dim), dtype=dtype,
+        window=sliding_window, rope=rope,
+    )  # fmt: skip
     tg = _threads(spec)
     if not spec.partitioned:
         grid = (tg * num_kv_heads, num_seqs, 1)
@@ -105,7 +111,7 @@ def launch_plan(
         return LaunchPlan(
             spec.name, build(spec), grid, (tg, 1, 1), packed, True, counter_slots=groups, **shapes
         )
-    reduce = KernelSpec("decode_reduce", *dataclasses.astuple(spec)[1:])
+    reduce = dataclasses.replace(spec, kernel="decode_reduce", rope=False)
     partials = ((num_seqs, num_heads, num_partitions, head_dim),) + 2 * (
         (num_seqs, num_heads, num_partitions),
     )
@@ -146,47 +152,36 @@ def _launch_function(plan: LaunchPlan) -> Callable:
     """
     template = [("T", plan.dtype)]
     out_shape, dtype = plan.out_shape, plan.dtype
-    partial_dtypes = [mx.float32] * len(plan.partial_shapes)
+    # The rotated key of a RoPE kernel: (B, Hkv, 1, D).
+    rotated = [(out_shape[0], plan.groups // out_shape[0], 1, out_shape[3])] if plan.rope else []
+    rotated_dtype = [dtype] if plan.rope else []
+
+    def call(inputs, shapes, dtypes):
+        return plan.kernel(
+            inputs=list(inputs), template=template, grid=plan.grid,
+            threadgroup=plan.threadgroup, output_shapes=shapes, output_dtypes=dtypes,
+        )  # fmt: skip
 
     def single(*inputs):
-        return plan.kernel(
-            inputs=list(inputs),
-            template=template,
-            grid=plan.grid,
-            threadgroup=plan.threadgroup,
-            output_shapes=[out_shape],
-            output_dtypes=[dtype],
-        )[0]
+        return call(inputs, [out_shape, *rotated], [dtype, *rotated_dtype])
 
     def fused(*inputs):
-        counters = inputs[-1]
-        outputs = plan.kernel(
-            inputs=list(inputs),
-            template=template,
-            grid=plan.grid,
-            threadgroup=plan.threadgroup,
-            output_shapes=[out_shape, *plan.partial_shapes, counters.shape],
-            output_dtypes=[dtype, *partial_dtypes, mx.int32],
-        )
-        return outputs[0], outputs[-1]
+        shapes = [out_shape, *plan.partial_shapes, *rotated, inputs[-1].shape]
+        outputs = call(inputs, shapes, [dtype, mx.float32, *rotated_dtype, mx.int32])
+        return [outputs[0], *outputs[2:]]
 
     def two_pass(*inputs):
-        partials = plan.kernel(
-            inputs=list(inputs),
-            template=template,
-            grid=plan.grid,
-            threadgroup=plan.threadgroup,
-            output_shapes=list(plan.partial_shapes),
-            output_dtypes=[mx.float32] * 3,
-        )
-        return plan.reduce_kernel(  # the partials, seq_lens and the window if any
-            inputs=[*partials, inputs[4], *inputs[6:]],
+        shapes = [*plan.partial_shapes, *rotated]
+        outputs = call(inputs, shapes, [mx.float32] * 3 + rotated_dtype)
+        out = plan.reduce_kernel(  # the partials, seq_lens and the window if any
+            inputs=[*outputs[:3], inputs[4], *inputs[6 : 6 + plan.window]],
             template=template,
             grid=plan.reduce_grid,
             threadgroup=(32, 1, 1),
             output_shapes=[out_shape],
             output_dtypes=[dtype],
         )[0]
+        return [out, *outputs[3:]]
 
     if not plan.partial_shapes:
         return single

@@ -65,3 +65,45 @@ def paged_attention_reference(
     return mx.fast.scaled_dot_product_attention(
         queries, keys, values, scale=scale, mask=mask, sinks=sinks
     )
+
+
+def rotate_half_rope(x: mx.array, positions: mx.array, rope_inv_freq: mx.array) -> mx.array:
+    """Non-interleaved RoPE of `(B, H, L, D)` rows at `positions` `(B,)` (+ their token index):
+    dims i and i + n (n = len(rope_inv_freq)) turn by `position * rope_inv_freq[i]`; the dims
+    past 2n pass through."""
+    dims = 2 * rope_inv_freq.shape[0]
+    freqs = 1.0 / rope_inv_freq.astype(mx.float32)
+    return mx.fast.rope(x, dims, traditional=False, base=None, scale=1.0, offset=positions,
+                        freqs=freqs)  # fmt: skip
+
+
+def paged_attention_decode_rope_reference(
+    queries: mx.array,
+    keys: mx.array,
+    values: mx.array,
+    k_pages: mx.array,
+    v_pages: mx.array,
+    block_tables: mx.array,
+    context_lens: mx.array,
+    *,
+    scale: float,
+    rope_inv_freq: mx.array,
+    window: int | None = None,
+) -> tuple[mx.array, mx.array]:
+    """Oracle of `paged_attention_decode_rope`: rotate the step's query and key, attend over the
+    gathered pages with the new token placed at position `context_lens - 1`, and return
+    `(output, rotated keys)`."""
+    positions = context_lens - 1
+    queries = rotate_half_rope(queries, positions, rope_inv_freq)
+    keys = rotate_half_rope(keys, positions, rope_inv_freq)
+    gathered_k = gather_pages(k_pages, block_tables)
+    gathered_v = gather_pages(v_pages, block_tables)
+    num_keys = gathered_k.shape[2]
+    at_new = (mx.arange(num_keys)[None, :] == positions[:, None])[:, None, :, None]
+    gathered_k = mx.where(at_new, keys, gathered_k)
+    gathered_v = mx.where(at_new, values, gathered_v)
+    mask = paged_attention_mask(positions[:, None], context_lens, num_keys, window)
+    out = mx.fast.scaled_dot_product_attention(
+        queries, gathered_k, gathered_v, scale=scale, mask=mask
+    )
+    return out, keys

@@ -120,17 +120,33 @@ def route(
 
 
 def routed_specs(
-    backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, gqa: int, sliding_window: bool
+    backend: str,
+    dtype: mx.Dtype,
+    head_dim: int,
+    block_size: int,
+    gqa: int,
+    sliding_window: bool,
+    rope: bool = False,
 ) -> list[KernelSpec]:
-    """Every spec the routing can call for one attention shape (what `warm_up` compiles)."""
+    """Every spec the routing can call for one attention shape (what `warm_up` compiles);
+    `rope`: their `decode_rope_*` forms (the reduce pass has none: it is shared)."""
     if tensor_cores_serve(backend, dtype, head_dim, block_size):
         names = ("decode_tc_wide", "decode_tc", "decode_tc_splitk", "decode_tc_splitk_direct")
     else:
         names = ("decode_simt", "decode_simt_splitk", "decode_reduce")
     return [
         KernelSpec(
-            name, backend, dtype_name(dtype), head_dim, block_size, gqa, size, sliding_window
-        )
+            name,
+            backend,
+            dtype_name(dtype),
+            head_dim,
+            block_size,
+            gqa,
+            size,
+            sliding_window,
+            rope and name != "decode_reduce",
+        )  # fmt: skip
         for name in names
         for size in KERNELS[name].partition_sizes or (0,)
+        if not (rope and name == "decode_reduce")
     ]

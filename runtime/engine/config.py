@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PAGED_ATTENTION_MODES = ("auto", "kernel", "reference")
+FUSED_ROPE_MODES = ("auto", "on", "off")
 
 
 @dataclass(slots=True)
@@ -22,6 +23,9 @@ class EngineConfig:
             or CUDA GPU, the reference elsewhere), "kernel" (fail at load without one) or
             "reference" (gather pages + SDPA everywhere).
         compile_decode: replay paged decode steps from `mx.compile` traces.
+        fused_rope: decode steps apply RoPE inside the attention kernel: "auto" (with the
+            generated kernels, for models whose RoPE they express), "on" (also on the
+            reference path; fail at load if the model does not qualify) or "off".
     """
 
     kv_paged: bool = True
@@ -35,6 +39,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     paged_attention: str = "auto"
     compile_decode: bool = False
+    fused_rope: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_prefill_seqs", "prefill_step_size", "block_size"):
@@ -44,6 +49,10 @@ class EngineConfig:
             raise ValueError(
                 f"paged_attention must be one of {', '.join(PAGED_ATTENTION_MODES)}"
                 f", got {self.paged_attention!r}"
+            )
+        if self.fused_rope not in FUSED_ROPE_MODES:
+            raise ValueError(
+                f"fused_rope must be one of {', '.join(FUSED_ROPE_MODES)}, got {self.fused_rope!r}"
             )
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")

@@ -58,6 +58,7 @@ class Engine(StepRecovery):
                 enable_prefix_caching=config.enable_prefix_caching,
                 paged_attention=config.paged_attention,
                 compile_decode=config.compile_decode,
+                fused_rope=config.fused_rope,
                 max_num_tokens=config.max_num_seqs * self.max_model_len,
             )
         else:

@@ -36,6 +36,7 @@ class LLM:
             mlx-lm's BatchGenerator.
         paged_attention: "auto", "kernel" or "reference" decode attention over pages.
         compile_decode: replay paged decode steps from `mx.compile` traces.
+        fused_rope: "auto", "on" or "off": RoPE inside the decode attention kernel.
         block_size, num_blocks, kv_budget_bytes, enable_prefix_caching: the paged KV pool
             (`num_blocks` wins over `kv_budget_bytes`; neither: 10% of device memory).
         max_num_seqs: most sequences decoding at once.
@@ -59,6 +60,7 @@ class LLM:
         enable_prefix_caching: bool = True,
         paged_attention: str = "auto",
         compile_decode: bool = False,
+        fused_rope: str = "auto",
     ):
         config = EngineConfig(
             kv_paged=kv_paged,
@@ -71,6 +73,7 @@ class LLM:
             enable_prefix_caching=enable_prefix_caching,
             paged_attention=paged_attention,
             compile_decode=compile_decode,
+            fused_rope=fused_rope,
         )
         self.model, self.tokenizer, self.model_id, model_config = load_model(model, chat_template)
         self.engine = Engine(self.model, self.tokenizer, config, model_config)

@@ -12,8 +12,14 @@ import sys
 import mlx.core as mx
 import mlx_lm.models.base as base
 
-from mlx_paged.kernels.paged_attention import paged_attention_decode
-from mlx_paged.kernels.paged_attention_reference import paged_attention_reference
+from mlx_paged.kernels.paged_attention import (
+    paged_attention_decode,
+    paged_attention_decode_rope,
+)
+from mlx_paged.kernels.paged_attention_reference import (
+    paged_attention_decode_rope_reference,
+    paged_attention_reference,
+)
 from mlx_paged.kv.paged_cache import PagedLayerCache, PagedMask
 
 _original = base.scaled_dot_product_attention
@@ -59,13 +65,16 @@ def paged_scaled_dot_product_attention(
     """Drop-in for mlx-lm's `scaled_dot_product_attention` that understands paged caches.
 
     Decode steps (one query per row) run the generated kernel when the pool has a kernel
-    backend; prefill, attention sinks and the CPU run the reference. Every call is counted by
-    path in `pool.attention_calls`.
+    backend, the RoPE-fused one (`decode_rope_*`) when the step defers RoPE to attention;
+    prefill, attention sinks and the CPU run the reference. Every call is counted by path in
+    `pool.attention_calls`.
     """
     if isinstance(cache, PagedLayerCache):
         meta = cache.metadata
-        pool = cache.pool
         window = mask.window if isinstance(mask, PagedMask) else None
+        if meta.rope_in_attention:
+            return _decode_with_rope(queries, keys, values, cache, scale, window, sinks)
+        pool = cache.pool
         phase = "decode" if meta.num_query_tokens == 1 else "prefill"
         if phase == "decode" and pool.decode_backend is not None and sinks is None:
             pool.attention_calls["kernel", phase] += 1
@@ -95,6 +104,29 @@ def paged_scaled_dot_product_attention(
     if hasattr(cache, "observe_attention"):  # the layout probe at load
         cache.observe_attention(queries, keys, values, mask)
     return _original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+
+
+def _decode_with_rope(queries, keys, values, cache, scale, window, sinks) -> mx.array:
+    """A decode step whose RoPE runs in attention: rotate, attend, then write the pages."""
+    pool, meta = cache.pool, cache.metadata
+    if sinks is not None:
+        raise ValueError("attention sinks cannot be fused with RoPE; the paged setup refuses them")
+    args = (queries, keys, values, cache.k_pages, cache.v_pages, meta.block_tables,
+            meta.context_lens)  # fmt: skip
+    inv_freq = pool.rope_inv_freq[cache.layer]
+    if pool.decode_backend is not None:
+        pool.attention_calls["kernel_rope", "decode"] += 1
+        out, rotated = paged_attention_decode_rope(
+            *args, scale=scale, rope_inv_freq=inv_freq, window=window,
+            backend=pool.decode_backend, counters=pool.counters,
+        )  # fmt: skip
+    else:
+        pool.attention_calls["reference_rope", "decode"] += 1
+        out, rotated = paged_attention_decode_rope_reference(
+            *args, scale=scale, rope_inv_freq=inv_freq, window=window
+        )
+    pool.write(cache.layer, rotated, values, meta.slot_mapping)
+    return out
 
 
 def install_attention_hook() -> int:

@@ -17,6 +17,7 @@ import numpy as np
 
 from mlx_paged.kernels.counter_chain import CounterChain
 from mlx_paged.kernels.kernel_inputs import input_array
+from mlx_paged.kv.rope_fusion import DeferredOffset
 
 
 @dataclass
@@ -30,6 +31,9 @@ class PagedAttentionMetadata:
         slot_mapping: where each query token's K/V is written, as `(block ids, offsets in the
             block)`, each `(B * L,)` int32; padding goes to slot 0 of the null block. Two
             indices into the 4D pages make the write one scatter, with no reshapes of the pool.
+        rope_in_attention: a decode step whose RoPE the attention kernel applies
+            (`rope_fusion.py`): the model gets a `DeferredOffset`, and the attention hook writes
+            the rotated keys.
     """
 
     block_tables: mx.array
@@ -37,6 +41,7 @@ class PagedAttentionMetadata:
     offsets: mx.array
     slot_mapping: tuple[mx.array, mx.array]
     num_query_tokens: int
+    rope_in_attention: bool = False
 
     @property
     def query_positions(self) -> mx.array:
@@ -65,6 +70,9 @@ class PagedKVPool:
         self.attention_calls: Counter = Counter()
         # The fused split-K kernel's partition counters, handed from call to call.
         self.counters = CounterChain()
+        # Per layer, the RoPE frequencies of decode steps that fuse RoPE into attention; None
+        # when they do not (set by the paged setup).
+        self.rope_inv_freq: list[mx.array] | None = None
         self.k_pages = [mx.zeros(shape, dtype=dtype) for _ in range(num_layers)]
         self.v_pages = [mx.zeros(shape, dtype=dtype) for _ in range(num_layers)]
         mx.eval(self.k_pages, self.v_pages)
@@ -117,11 +125,14 @@ class PagedLayerCache:
         self.metadata = metadata
 
     @property
-    def offset(self) -> mx.array:
+    def offset(self) -> mx.array | DeferredOffset:
+        if self.metadata.rope_in_attention:
+            return DeferredOffset(self.metadata.offsets)
         return self.metadata.offsets
 
     def update_and_fetch(self, keys: mx.array, values: mx.array):
-        self.pool.write(self.layer, keys, values, self.metadata.slot_mapping)
+        if not self.metadata.rope_in_attention:  # else the attention hook writes them, rotated
+            self.pool.write(self.layer, keys, values, self.metadata.slot_mapping)
         return keys, values
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None):

@@ -8,6 +8,7 @@ import os
 import mlx.core as mx
 
 from mlx_paged.kv.attention_hook import check_model_supported, install_attention_hook
+from mlx_paged.kv.fused_rope_setup import enable_fused_rope
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
 from mlx_paged.kv.kv_layout import KVLayout, probe_kv_layout
 from mlx_paged.kv.paged_cache import PagedKVPool
@@ -37,7 +38,7 @@ def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> str | 
     the kernels are generated for (else it logs why not); "kernel" raises instead.
     """
     from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
-    from mlx_paged.kernels.paged_attention import current_backend, warm_up
+    from mlx_paged.kernels.paged_attention import current_backend
     from mlx_paged.kernels.paged_attention_routing import routed_specs
 
     if mode == "reference":
@@ -57,7 +58,7 @@ def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> str | 
             raise UnsupportedSpecError(
                 f"queries are {layout.query_dtype} but the cache is {layout.dtype}"
             )
-        specs = routed_specs(
+        routed_specs(
             backend,
             layout.dtype,
             layout.head_dim,
@@ -70,9 +71,25 @@ def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> str | 
             raise ValueError(f"--paged-attention kernel: {exc}") from exc
         logger.info("paged decode attention: reference path (%s)", exc)
         return None
+    return backend
+
+
+def warm_up_kernels(backend: str, layout: KVLayout, block_size: int, rope: bool) -> None:
+    """Compile every decode kernel the model will call (the `decode_rope_*` ones too when decode
+    steps fuse RoPE), logging each."""
+    from mlx_paged.kernels.paged_attention import warm_up
+    from mlx_paged.kernels.paged_attention_routing import routed_specs
+
     gqa = layout.num_heads // layout.num_kv_heads
-    windows = (False, True) if layout.sliding_window else (False,)
-    total = len(specs) * len(windows)
+    variants = [
+        (w, r)
+        for w in (False, True)[: 1 + layout.sliding_window]
+        for r in (False, rope)[: 1 + rope]
+    ]
+    total = sum(
+        len(routed_specs(backend, layout.dtype, layout.head_dim, block_size, gqa, w, r))
+        for w, r in variants
+    )
     count = [0]
 
     def progress(spec, seconds):
@@ -80,9 +97,9 @@ def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> str | 
         logger.info("compiled kernel %d/%d %s (%.1f s)", count[0], total, spec.name, seconds)
 
     logger.info("paged decode attention: %s kernels; compiling %d specs", backend, total)
-    for sliding in windows:
-        warm_up(backend, layout.dtype, layout.head_dim, block_size, gqa, sliding, progress)
-    return backend
+    for sliding, with_rope in variants:
+        warm_up(backend, layout.dtype, layout.head_dim, block_size, gqa, sliding, progress,
+                rope=with_rope)  # fmt: skip
 
 
 def build_paged_path(
@@ -96,13 +113,15 @@ def build_paged_path(
     max_num_tokens: int | None = None,
     paged_attention: str = "auto",
     compile_decode: bool = False,
+    fused_rope: str = "auto",
 ) -> tuple[PagedRunner, KVCacheManager]:
     """Check the model, size the pool and return (runner, kv manager).
 
     The pool is `num_blocks`, else `kv_budget_bytes`, else 10% of device memory but never more
     than `max_num_tokens` (all sequences at full context) could use. Decode attention runs the
-    generated kernel per `paged_attention` (see `select_decode_kernel`); `compile_decode`
-    replays decode steps from `mx.compile` traces.
+    generated kernel per `paged_attention` (see `select_decode_kernel`), with RoPE in the kernel
+    per `fused_rope` (see `enable_fused_rope`); `compile_decode` replays decode steps from
+    `mx.compile` traces.
     """
     check_model_supported(model_type)
     install_attention_hook()
@@ -130,6 +149,9 @@ def build_paged_path(
         )
     pool = PagedKVPool(num_layers, num_blocks, block_size, heads, head_dim, dtype)
     pool.decode_backend = select_decode_kernel(layout, block_size, paged_attention)
+    rope = enable_fused_rope(model, layout, pool, fused_rope)
+    if pool.decode_backend is not None:
+        warm_up_kernels(pool.decode_backend, layout, block_size, rope)
     kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching)
     logger.info(
         "paged KV: %d blocks x %d tokens (%.1f MiB, %d B/token), prefix caching %s",

@@ -68,6 +68,7 @@ class CompiledDecode:
             offsets=context_lens - 1,
             slot_mapping=slot_mapping,
             num_query_tokens=1,
+            rope_in_attention=pool.rope_inv_freq is not None,
         )
         logits = self._forward(tokens, meta)
         return logits, pool.counters.reserve(0), list(pool.k_pages), list(pool.v_pages)

@@ -103,6 +103,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             offsets=input_array(lens - 1),
             slot_mapping=split_slots(slots, self.pool.block_size),
             num_query_tokens=1,
+            rope_in_attention=self.pool.rope_inv_freq is not None,
         )
         if self.compiled_decode is None:
             return self._decode_logits(inputs, meta)

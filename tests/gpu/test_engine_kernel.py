@@ -28,26 +28,30 @@ def test_kernel_tokens_equal_reference_tokens(tmp_path, model_type):
     )
     params = SamplingParams(max_tokens=40, ignore_eos=True)
     results = {}
-    for mode, compiled in (("kernel", False), ("kernel", True), ("reference", False)):
-        llm = LLM(
-            str(folder),
-            block_size=16,
-            num_blocks=64,
-            paged_attention=mode,
-            enable_prefix_caching=False,
-            compile_decode=compiled,
-        )
+    for mode, fused_rope, compiled in (
+        ("kernel", "off", False),
+        ("kernel", "auto", False),
+        ("kernel", "auto", True),
+        ("reference", "off", False),
+    ):
+        llm = LLM(str(folder), block_size=16, num_blocks=64, paged_attention=mode,
+                  enable_prefix_caching=False, compile_decode=compiled,
+                  fused_rope=fused_rope)  # fmt: skip
         tokens = [r.token_ids for r in llm.generate(PROMPTS, params)]
-        calls = dict(llm.engine.runner.pool.attention_calls)
-        results[mode, compiled] = (tokens, calls)
-    kernel_tokens, kernel_calls = results["kernel", False]
-    reference_tokens, reference_calls = results["reference", False]
-    assert kernel_tokens == reference_tokens
-    assert results["kernel", True] == results["kernel", False]
-    assert all(len(t) == 40 for t in kernel_tokens)
-    assert kernel_calls.get(("kernel", "decode"), 0) >= 2 * 39
-    assert kernel_calls.get(("reference", "decode"), 0) == 0
+        results[mode, fused_rope, compiled] = (tokens, dict(llm.engine.runner.pool.attention_calls))
+    reference_tokens, reference_calls = results["reference", "off", False]
+    assert all(len(t) == 40 for t in reference_tokens)
     assert reference_calls.get(("kernel", "decode"), 0) == 0
+    unfused_tokens, unfused_calls = results["kernel", "off", False]
+    assert unfused_tokens == reference_tokens
+    assert unfused_calls.get(("kernel", "decode"), 0) >= 2 * 39
+    assert unfused_calls.get(("kernel_rope", "decode"), 0) == 0
+    for compiled in (False, True):
+        fused_tokens, fused_calls = results["kernel", "auto", compiled]
+        assert fused_tokens == unfused_tokens
+        # Every decode step but each row's first (its prompt's last token) runs decode_rope.
+        assert fused_calls.get(("kernel_rope", "decode"), 0) >= 2 * 38
+        assert fused_calls.get(("reference", "decode"), 0) == 0
 
 
 def test_compiled_steps_replay_the_tensor_core_kernels_with_the_eager_tokens(tmp_path):
@@ -61,11 +65,13 @@ def test_compiled_steps_replay_the_tensor_core_kernels_with_the_eager_tokens(tmp
     wide = [[(11 * i + b) % 300 + 3 for i in range(40)] for b in range(24)]
     params = SamplingParams(max_tokens=24, ignore_eos=True)
     results = {}
-    for compiled in (False, True):
+    for compiled, fused_rope in ((False, "off"), (True, "off"), (False, "auto"), (True, "auto")):
         llm = LLM(str(folder), block_size=16, num_blocks=512, paged_attention="kernel",
-                  enable_prefix_caching=False, compile_decode=compiled)  # fmt: skip
-        results[compiled] = [
+                  enable_prefix_caching=False, compile_decode=compiled,
+                  fused_rope=fused_rope)  # fmt: skip
+        results[compiled, fused_rope] = [
             [r.token_ids for r in llm.generate(prompts, params)] for prompts in (long_prompt, wide)
         ]
         assert llm.engine.runner.pool.dtype == mx.bfloat16
-    assert results[True] == results[False]
+    # Fused RoPE rounds the rotated query and key to bf16 as the unfused path does.
+    assert all(tokens == results[False, "off"] for tokens in results.values())
