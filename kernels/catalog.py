@@ -17,22 +17,23 @@ from .kernel_spec import (
 
 
 def all_specs(backend: str) -> list[KernelSpec]:
-    """All specs for `backend`, in a stable order."""
+    """All specs for `backend`, in a stable order: each kernel, then its `decode_rope_*` form."""
     specs = []
-    for name, dtype, hd, bs, g, sw in itertools.product(
-        KERNELS, DTYPES, HEAD_DIMS, BLOCK_SIZES, GQA_GROUPS, (False, True)
+    for name, rope, dtype, hd, bs, g, sw in itertools.product(
+        KERNELS, (False, True), DTYPES, HEAD_DIMS, BLOCK_SIZES, GQA_GROUPS, (False, True)
     ):
         for size in KERNELS[name].partition_sizes or (0,):
             try:
-                specs.append(KernelSpec(name, backend, dtype, hd, bs, g, size, sw))
+                specs.append(KernelSpec(name, backend, dtype, hd, bs, g, size, sw, rope))
             except UnsupportedSpecError:
-                pass  # e.g. tensor cores on Metal or with fp32 pages
+                pass  # e.g. tensor cores on Metal or with fp32 pages, RoPE in the reduce
     return specs
 
 
 def representative_specs(backend: str) -> list[KernelSpec]:
-    """About two dozen specs that cover every kernel of `backend` and every value of each
-    field once or more; the golden Metal files keep the Metal ones' full text."""
+    """About two dozen specs that cover every kernel of `backend`, with and without RoPE, and
+    every value of each field once or more; the golden Metal files keep the Metal ones' full
+    text."""
     specs = []
     for i, (dtype, hd) in enumerate(itertools.product(DTYPES, HEAD_DIMS)):
         name = ("decode_simt", "decode_simt_splitk", "decode_reduce")[i % 3]
@@ -46,6 +47,7 @@ def representative_specs(backend: str) -> list[KernelSpec]:
                 GQA_GROUPS[i % len(GQA_GROUPS)],
                 KERNELS[name].partition_sizes[0] if i % 3 else 0,
                 i % 2 == 1,
+                rope=name != "decode_reduce" and i % 4 == 1,
             )
         )
     if backend == "cuda":
@@ -63,6 +65,7 @@ def representative_specs(backend: str) -> list[KernelSpec]:
                     (4, 8)[i % 2],
                     size,
                     i == 1,
+                    rope=i % 2 == 0,
                 )
             )
     return specs

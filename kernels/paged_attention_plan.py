@@ -155,6 +155,7 @@ def _launch_function(plan: LaunchPlan) -> Callable:
     # The rotated key of a RoPE kernel: (B, Hkv, 1, D).
     rotated = [(out_shape[0], plan.groups // out_shape[0], 1, out_shape[3])] if plan.rope else []
     rotated_dtype = [dtype] if plan.rope else []
+    partial_dtypes = [mx.float32] * len(plan.partial_shapes)
 
     def call(inputs, shapes, dtypes):
         return plan.kernel(
@@ -167,12 +168,12 @@ def _launch_function(plan: LaunchPlan) -> Callable:
 
     def fused(*inputs):
         shapes = [out_shape, *plan.partial_shapes, *rotated, inputs[-1].shape]
-        outputs = call(inputs, shapes, [dtype, mx.float32, *rotated_dtype, mx.int32])
-        return [outputs[0], *outputs[2:]]
+        outputs = call(inputs, shapes, [dtype, *partial_dtypes, *rotated_dtype, mx.int32])
+        return [outputs[0], *outputs[1 + len(partial_dtypes) :]]
 
     def two_pass(*inputs):
         shapes = [*plan.partial_shapes, *rotated]
-        outputs = call(inputs, shapes, [mx.float32] * 3 + rotated_dtype)
+        outputs = call(inputs, shapes, partial_dtypes + rotated_dtype)
         out = plan.reduce_kernel(  # the partials, seq_lens and the window if any
             inputs=[*outputs[:3], inputs[4], *inputs[6 : 6 + plan.window]],
             template=template,

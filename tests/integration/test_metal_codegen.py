@@ -25,6 +25,7 @@ GOLDEN_SPECS = [
     KernelSpec("decode_simt", "metal", "bfloat16", 128, 16, 4),
     SPEC,
     KernelSpec("decode_reduce", "metal", "bfloat16", 128, 16, 4, 512, True),
+    KernelSpec("decode_simt", "metal", "bfloat16", 128, 16, 4, rope=True),
 ]
 
 
