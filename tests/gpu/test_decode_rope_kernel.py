@@ -6,7 +6,7 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-from paged_cases import TOLERANCE, make_case, max_error
+from paged_cases import make_case, max_error
 
 from mlx_paged.kernels.paged_attention import paged_attention_decode_rope
 from mlx_paged.kernels.paged_attention_reference import paged_attention_decode_rope_reference
@@ -14,6 +14,10 @@ from mlx_paged.kernels.paged_attention_reference import paged_attention_decode_r
 pytestmark = pytest.mark.gpu
 
 BF16, F16, F32 = mx.bfloat16, mx.float16, mx.float32
+# float32 is looser than for the plain kernels: an angle of thousands of radians rounded to
+# float32 is off by up to 2.4e-4 rad, and the reference rounds it differently (it inverts the
+# frequencies twice through mx.fast.rope's `freqs`).
+TOLERANCE = {F32: 1e-3, BF16: 2e-2, F16: 5e-3}
 SIMT = ("decode_simt", "decode_simt_splitk")
 TENSOR_CORES = ("decode_tc", "decode_tc_wide", "decode_tc_splitk", "decode_tc_splitk_direct")
 # (dtype, head_dim, block_size, gqa, window, rotated dims)
