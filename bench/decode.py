@@ -83,7 +83,7 @@ def _method(name: str, tok_s: float, samples: list[float]) -> dict:
 
 ENGINE_METHODS = {
     "paged_kernel": dict(paged_attention="kernel"),
-    "paged_kernel_compiled": dict(paged_attention="kernel", compile_decode=True),
+    "paged_kernel_eager": dict(paged_attention="kernel", compile_decode="off"),
     "paged_kernel_unfused_rope": dict(paged_attention="kernel", fused_rope="off"),
     "paged_reference": dict(paged_attention="reference"),
     "contiguous": dict(kv_paged=False),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PAGED_ATTENTION_MODES = ("auto", "kernel", "reference")
-FUSED_ROPE_MODES = ("auto", "on", "off")
+AUTO_ON_OFF = ("auto", "on", "off")
 
 
 @dataclass(slots=True)
@@ -22,7 +22,8 @@ class EngineConfig:
         paged_attention: decode attention over pages: "auto" (the generated kernel on a Metal
             or CUDA GPU, the reference elsewhere), "kernel" (fail at load without one) or
             "reference" (gather pages + SDPA everywhere).
-        compile_decode: replay paged decode steps from `mx.compile` traces.
+        compile_decode: replay paged decode steps from `mx.compile` traces: "auto" (with the
+            generated GPU kernels), "on" or "off".
         fused_rope: decode steps apply RoPE inside the attention kernel: "auto" (with the
             generated kernels, for models whose RoPE they express), "on" (also on the
             reference path; fail at load if the model does not qualify) or "off".
@@ -38,7 +39,7 @@ class EngineConfig:
     num_blocks: int | None = None
     enable_prefix_caching: bool = True
     paged_attention: str = "auto"
-    compile_decode: bool = False
+    compile_decode: str = "auto"
     fused_rope: str = "auto"
 
     def __post_init__(self) -> None:
@@ -50,9 +51,14 @@ class EngineConfig:
                 f"paged_attention must be one of {', '.join(PAGED_ATTENTION_MODES)}"
                 f", got {self.paged_attention!r}"
             )
-        if self.fused_rope not in FUSED_ROPE_MODES:
+        if self.compile_decode not in AUTO_ON_OFF:
             raise ValueError(
-                f"fused_rope must be one of {', '.join(FUSED_ROPE_MODES)}, got {self.fused_rope!r}"
+                f"compile_decode must be one of {', '.join(AUTO_ON_OFF)}, "
+                f"got {self.compile_decode!r}"
+            )
+        if self.fused_rope not in AUTO_ON_OFF:
+            raise ValueError(
+                f"fused_rope must be one of {', '.join(AUTO_ON_OFF)}, got {self.fused_rope!r}"
             )
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")

@@ -35,7 +35,7 @@ class LLM:
         kv_paged: the paged KV path (default); False is the contiguous path, token-exact with
             mlx-lm's BatchGenerator.
         paged_attention: "auto", "kernel" or "reference" decode attention over pages.
-        compile_decode: replay paged decode steps from `mx.compile` traces.
+        compile_decode: "auto", "on" or "off": replay decode steps from `mx.compile` traces.
         fused_rope: "auto", "on" or "off": RoPE inside the decode attention kernel.
         block_size, num_blocks, kv_budget_bytes, enable_prefix_caching: the paged KV pool
             (`num_blocks` wins over `kv_budget_bytes`; neither: 10% of device memory).
@@ -59,7 +59,7 @@ class LLM:
         kv_budget_bytes: int | None = None,
         enable_prefix_caching: bool = True,
         paged_attention: str = "auto",
-        compile_decode: bool = False,
+        compile_decode: str = "auto",
         fused_rope: str = "auto",
     ):
         config = EngineConfig(

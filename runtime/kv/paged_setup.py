@@ -112,7 +112,7 @@ def build_paged_path(
     enable_prefix_caching: bool,
     max_num_tokens: int | None = None,
     paged_attention: str = "auto",
-    compile_decode: bool = False,
+    compile_decode: str = "auto",
     fused_rope: str = "auto",
 ) -> tuple[PagedRunner, KVCacheManager]:
     """Check the model, size the pool and return (runner, kv manager).
@@ -121,7 +121,7 @@ def build_paged_path(
     than `max_num_tokens` (all sequences at full context) could use. Decode attention runs the
     generated kernel per `paged_attention` (see `select_decode_kernel`), with RoPE in the kernel
     per `fused_rope` (see `enable_fused_rope`); `compile_decode` replays decode steps from
-    `mx.compile` traces.
+    `mx.compile` traces ("auto": with the generated kernels, whose hosts gain from it).
     """
     check_model_supported(model_type)
     install_attention_hook()
@@ -161,4 +161,7 @@ def build_paged_path(
         block_bytes // block_size,
         "on" if enable_prefix_caching else "off",
     )
-    return PagedRunner(model, pool, kv, compile_decode), kv
+    compiled = compile_decode == "on" or (
+        compile_decode == "auto" and pool.decode_backend is not None
+    )
+    return PagedRunner(model, pool, kv, compiled), kv

@@ -43,7 +43,7 @@ def assert_pool_full(llm):
     assert all(b.ref_cnt == 0 for b in pool.blocks)
 
 
-@pytest.mark.parametrize("compile_decode", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("compile_decode", ["off", "on"], ids=["eager", "compiled"])
 @pytest.mark.parametrize("model_type", ["llama", "qwen3", "gemma3_text"])
 def test_paged_equals_single_sequence_generate(tiny_model_dir, model_type, compile_decode):
     llm = LLM(
@@ -75,7 +75,7 @@ def test_prefix_cache_hit_gives_the_cold_tokens(tiny_model_dir, model_type):
     assert_pool_full(llm)
 
 
-@pytest.mark.parametrize("compile_decode", [False, True], ids=["eager", "compiled"])
+@pytest.mark.parametrize("compile_decode", ["off", "on"], ids=["eager", "compiled"])
 @pytest.mark.parametrize("model_type", ["llama", "gemma3_text"])
 def test_preempt_then_resume_gives_the_same_tokens(tiny_model_dir, model_type, compile_decode):
     roomy = LLM(str(tiny_model_dir(model_type)), kv_paged=True, block_size=4, num_blocks=128)
