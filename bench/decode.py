@@ -82,9 +82,12 @@ def _method(name: str, tok_s: float, samples: list[float]) -> dict:
 
 
 ENGINE_METHODS = {
-    "paged_kernel": dict(paged_attention="kernel"),
+    "paged_kernel": dict(paged_attention="kernel"),  # the defaults: compiled steps
     "paged_kernel_eager": dict(paged_attention="kernel", compile_decode="off"),
-    "paged_kernel_unfused_rope": dict(paged_attention="kernel", fused_rope="off"),
+    "paged_kernel_fused_rope": dict(paged_attention="kernel", fused_rope="auto"),
+    "paged_kernel_fused_rope_eager": dict(
+        paged_attention="kernel", fused_rope="auto", compile_decode="off"
+    ),
     "paged_reference": dict(paged_attention="reference"),
     "contiguous": dict(kv_paged=False),
 }

@@ -53,7 +53,7 @@ def render_readme(readme: str, results: Path = RESULTS) -> str:
             _load(name, results)
             for name in (
                 "h200-kernels-chained.json",
-                "h200-decode-llama1b.json",
+                "h200-decode-llama1b-b64.json",
                 "cpu-memory-density.json",
                 "cpu-prefix-cache-smollm2.json",
                 "cpu-throughput-smollm2.json",

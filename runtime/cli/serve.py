@@ -100,6 +100,8 @@ def _start_engine(args: argparse.Namespace):
         num_blocks=args.num_blocks,
         enable_prefix_caching=not args.no_prefix_caching,
         paged_attention=args.paged_attention,
+        compile_decode=args.compile_decode,
+        fused_rope=args.fused_rope,
     )
     try:
         model, tokenizer, model_id, model_config = load_model(args.model, args.chat_template)

@@ -155,6 +155,21 @@ def _add_kv_args(p: argparse.ArgumentParser) -> None:
         "('reference', also the CPU path)",
     )
     p.add_argument(
+        "--compile-decode",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="replay decode steps from mx.compile traces (auto, the default: with the GPU "
+        "kernels)",
+    )
+    p.add_argument(
+        "--fused-rope",
+        choices=["auto", "on", "off"],
+        default="off",
+        help="apply RoPE inside the decode attention kernel (decode_rope_*): auto uses it with "
+        "the GPU kernels for models whose RoPE it expresses; off (the default) measured no "
+        "faster on the H200",
+    )
+    p.add_argument(
         "--no-prefix-caching",
         action="store_true",
         help="turn off automatic prefix caching (paged path)",

@@ -40,7 +40,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     paged_attention: str = "auto"
     compile_decode: str = "auto"
-    fused_rope: str = "auto"
+    fused_rope: str = "off"
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_prefill_seqs", "prefill_step_size", "block_size"):

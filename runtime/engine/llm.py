@@ -60,7 +60,7 @@ class LLM:
         enable_prefix_caching: bool = True,
         paged_attention: str = "auto",
         compile_decode: str = "auto",
-        fused_rope: str = "auto",
+        fused_rope: str = "off",
     ):
         config = EngineConfig(
             kv_paged=kv_paged,

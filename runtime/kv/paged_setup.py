@@ -113,7 +113,7 @@ def build_paged_path(
     max_num_tokens: int | None = None,
     paged_attention: str = "auto",
     compile_decode: str = "auto",
-    fused_rope: str = "auto",
+    fused_rope: str = "off",
 ) -> tuple[PagedRunner, KVCacheManager]:
     """Check the model, size the pool and return (runner, kv manager).
 

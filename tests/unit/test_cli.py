@@ -38,6 +38,18 @@ def test_serve_defaults_match_mlx_lm_server():
         args.prefill_step_size,
     ) == ("127.0.0.1", 8080, 512, 32, 8, 2048)
     assert args.kv_paged is True and args.model is None and args.api_key is None
+    # The decode step's own defaults: compiled steps with the GPU kernels, unfused RoPE.
+    assert (args.compile_decode, args.fused_rope) == ("auto", "off")
+
+
+def test_decode_step_flags_reach_the_engine_config():
+    from mlx_paged.engine.config import EngineConfig
+
+    args = build_parser().parse_args(["serve", "--compile-decode", "off", "--fused-rope", "auto"])
+    config = EngineConfig(compile_decode=args.compile_decode, fused_rope=args.fused_rope)
+    assert (config.compile_decode, config.fused_rope) == ("off", "auto")
+    with pytest.raises(ValueError, match="compile_decode must be one of auto, on, off"):
+        EngineConfig(compile_decode="yes")
 
 
 @pytest.mark.parametrize(
