@@ -84,13 +84,9 @@ def serve(args: argparse.Namespace) -> int:
     return 0  # not reached
 
 
-def _start_engine(args: argparse.Namespace):
-    """(engine, model id) for the serve flags, or an exit code after logging why the model
-    cannot be served."""
-    from mlx_paged.engine.core import Engine
-    from mlx_paged.models.loader import load_model
-
-    config = EngineConfig(
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """The engine configuration the serve flags ask for."""
+    return EngineConfig(
         kv_paged=args.kv_paged,
         max_num_seqs=args.decode_concurrency,
         max_num_prefill_seqs=args.prompt_concurrency,
@@ -103,6 +99,15 @@ def _start_engine(args: argparse.Namespace):
         compile_decode=args.compile_decode,
         fused_rope=args.fused_rope,
     )
+
+
+def _start_engine(args: argparse.Namespace):
+    """(engine, model id) for the serve flags, or an exit code after logging why the model
+    cannot be served."""
+    from mlx_paged.engine.core import Engine
+    from mlx_paged.models.loader import load_model
+
+    config = engine_config(args)
     try:
         model, tokenizer, model_id, model_config = load_model(args.model, args.chat_template)
     except (RuntimeError, ValueError, OSError) as exc:

@@ -43,10 +43,11 @@ def test_serve_defaults_match_mlx_lm_server():
 
 
 def test_decode_step_flags_reach_the_engine_config():
+    from mlx_paged.cli.serve import engine_config
     from mlx_paged.engine.config import EngineConfig
 
     args = build_parser().parse_args(["serve", "--compile-decode", "off", "--fused-rope", "auto"])
-    config = EngineConfig(compile_decode=args.compile_decode, fused_rope=args.fused_rope)
+    config = engine_config(args)
     assert (config.compile_decode, config.fused_rope) == ("off", "auto")
     with pytest.raises(ValueError, match="compile_decode must be one of auto, on, off"):
         EngineConfig(compile_decode="yes")
