@@ -158,8 +158,7 @@ def _add_kv_args(p: argparse.ArgumentParser) -> None:
         "--compile-decode",
         choices=["auto", "on", "off"],
         default="auto",
-        help="replay decode steps from mx.compile traces (auto, the default: with the GPU "
-        "kernels)",
+        help="replay decode steps from mx.compile traces (auto, the default: with the GPU kernels)",
     )
     p.add_argument(
         "--fused-rope",
