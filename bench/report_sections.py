@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .report_decode import DECODE_RUNS, decode
+from .report_table import table as _table
+
 KERNEL_COMMAND = (
     "mlx-paged bench kernels --batch 1 8 32 64 128 --context 2048 8192 32768 --skip gather_sdpa"
 )
@@ -15,12 +18,6 @@ KERNEL_COMMAND = (
 class Section:
     files: tuple[str, ...]
     render: Callable[..., str]
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def _mib(nbytes: float) -> str:
@@ -120,68 +117,6 @@ Results: `bench/results/h200-kernels-pipelined.json` (plot: `h200-kernels-pipeli
 Results: `bench/results/h200-kernels.json` (plot: `h200-kernels.png`).
 
 {_kernel_table(queued)}"""
-
-
-DECODE_RUNS = tuple(f"h200-decode-llama1b-b{b}.json" for b in (1, 8, 64))
-DECODE_METHODS = {
-    "paged_kernel": "paged + kernel (defaults: compiled steps)",
-    "paged_kernel_eager": "paged + kernel, steps built eagerly",
-    "paged_kernel_fused_rope": "paged + `decode_rope` kernel, compiled",
-    "paged_kernel_fused_rope_eager": "paged + `decode_rope` kernel, eager",
-    "batch_generator": "mlx-lm `BatchGenerator`",
-}
-COPY_BYTES_PER_S = 4.3e12  # the H200's measured copy bandwidth (`bench kernels`)
-
-
-def decode_floor_tok_s(run: dict) -> float:
-    """Tokens/s if a step only read the weights once and each row's KV once, at copy speed."""
-    from .random_llama import ONE_B as c
-
-    kv_dim = c["num_key_value_heads"] * c["hidden_size"] // c["num_attention_heads"]
-    layer = 2 * c["hidden_size"] ** 2 + 2 * c["hidden_size"] * kv_dim
-    layer += 3 * c["hidden_size"] * c["intermediate_size"]
-    weights = 2 * (c["num_hidden_layers"] * layer + c["vocab_size"] * c["hidden_size"])
-    context = run["prompt_tokens"] + run["new_tokens"] / 2
-    kv = 2 * 2 * c["num_hidden_layers"] * kv_dim * context * run["batch"]
-    return run["batch"] * COPY_BYTES_PER_S / (weights + kv)
-
-
-def decode(*runs: dict) -> str:
-    present = [k for k in DECODE_METHODS if all(k in r["methods"] for r in runs)]
-    rows = []
-    for run in runs:
-        m = run["methods"]
-        cells = [f"{m[k]['decode_tok_s']:,.0f}" for k in present]
-        best = m["paged_kernel"]
-        rows.append(
-            [str(run["batch"]), *cells, f"{best['vs_batch_generator']:.2f}x",
-             f"{best['host_ms_per_step']:.2f} / {best['wait_ms_per_step']:.2f}",
-             f"{best['decode_tok_s'] / decode_floor_tok_s(run):.0%}"]
-        )  # fmt: skip
-    header = ["batch", *(DECODE_METHODS[k] for k in present), "defaults vs BatchGenerator",
-              "host / wait ms per step", "of the bytes floor"]  # fmt: skip
-    run = runs[-1]
-    return f"""## End-to-end decode throughput
-
-What: decode tokens/s of the whole engine on a {run["model"]}, prompts of
-{run["prompt_tokens"]} random tokens, {run["new_tokens"]} new tokens each (EOS ignored),
-prefix caching off. Decode tokens/s = batch × (new − 1) / (time for all new tokens − time for
-one), so every method pays the same prefill; median of {run["repeats"]} after a warm-up run.
-"host" is the engine thread's time per decode step outside waiting for the device (building
-the step in Python and MLX's encoding of each node of its graph); "wait" is its time blocked on
-the device: near zero means the device waits for the host.
-The bytes floor reads the weights and every row's KV once per step at 4.3 TB/s.
-
-```bash
-mlx-paged bench decode --batch B --repeats 3 --methods paged_kernel_fused_rope \\
-    paged_kernel_fused_rope_eager paged_kernel
-```
-
-Results: `bench/results/h200-decode-llama1b-b{{1,8,64}}.json` ({run["device"]}, MLX
-{run["mlx"]}).
-
-{_table(header, rows)}
-"""
 
 
 def memory(run: dict) -> str:

@@ -102,6 +102,24 @@ def warm_up_kernels(backend: str, layout: KVLayout, block_size: int, rope: bool)
                 rope=with_rope)  # fmt: skip
 
 
+def _pool_blocks(block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens) -> int:
+    """Blocks in the pool: `num_blocks`, else the budget's worth (see `build_paged_path`)."""
+    flag = "--kv-budget" if num_blocks is None else "--num-blocks"
+    if num_blocks is None:
+        budget = kv_budget_bytes
+        if budget is None:
+            budget = int(device_memory_bytes() * DEFAULT_MEMORY_FRACTION)
+            if max_num_tokens is not None:
+                budget = min(budget, (max_num_tokens // block_size + 2) * block_bytes)
+        num_blocks = budget // block_bytes
+    if num_blocks < 2:
+        raise ValueError(
+            f"the KV pool holds {num_blocks} blocks of {block_bytes} bytes; "
+            f"it needs at least 2: raise {flag}"
+        )
+    return num_blocks
+
+
 def build_paged_path(
     model,
     model_type: str,
@@ -127,27 +145,11 @@ def build_paged_path(
     install_attention_hook()
     layout = probe_kv_layout(model)
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
-    num_layers, heads, head_dim, dtype = (
-        layout.num_layers,
-        layout.num_kv_heads,
-        layout.head_dim,
-        layout.dtype,
-    )
-    block_bytes = 2 * num_layers * block_size * heads * head_dim * dtype.size
-    flag = "--kv-budget" if num_blocks is None else "--num-blocks"
-    if num_blocks is None:
-        budget = kv_budget_bytes
-        if budget is None:
-            budget = int(device_memory_bytes() * DEFAULT_MEMORY_FRACTION)
-            if max_num_tokens is not None:
-                budget = min(budget, (max_num_tokens // block_size + 2) * block_bytes)
-        num_blocks = budget // block_bytes
-    if num_blocks < 2:
-        raise ValueError(
-            f"the KV pool holds {num_blocks} blocks of {block_bytes} bytes; "
-            f"it needs at least 2: raise {flag}"
-        )
-    pool = PagedKVPool(num_layers, num_blocks, block_size, heads, head_dim, dtype)
+    block_bytes = 2 * layout.num_layers * block_size * layout.num_kv_heads * layout.head_dim
+    block_bytes *= layout.dtype.size
+    num_blocks = _pool_blocks(block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens)
+    pool = PagedKVPool(layout.num_layers, num_blocks, block_size, layout.num_kv_heads,
+                       layout.head_dim, layout.dtype)  # fmt: skip
     pool.decode_backend = select_decode_kernel(layout, block_size, paged_attention)
     rope = enable_fused_rope(model, layout, pool, fused_rope)
     if pool.decode_backend is not None:

@@ -46,8 +46,9 @@ class CompiledDecode:
                 tokens, meta.block_tables, meta.context_lens, meta.slot_mapping, counters,
                 k_pages, v_pages,
             )  # fmt: skip
-        except BaseException:
-            pool.k_pages[:], pool.v_pages[:] = k_pages, v_pages  # a failed trace left tracers
+        except BaseException:  # a failed trace left tracers in the pool and the counter chain
+            pool.k_pages[:], pool.v_pages[:] = k_pages, v_pages
+            pool.counters.replace(counters)
             raise
         traced = pool.attention_calls - before
         if traced:
