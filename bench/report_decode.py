@@ -60,8 +60,8 @@ mlx-paged bench decode --batch B --repeats 3 --methods paged_kernel_fused_rope \
     paged_kernel_fused_rope_eager paged_kernel
 ```
 
-Results: `bench/results/h200-decode-llama1b-b{{1,8,64}}.json` ({run["device"]}, MLX
-{run["mlx"]}).
+Results: {", ".join(f"`bench/results/{name}`" for name in DECODE_RUNS)} ({run["device"]},
+MLX {run["mlx"]}).
 
 {_table(header, rows)}
 """
