@@ -12,6 +12,10 @@ from mlx_lm import load
 from mlx_paged import LLM, SamplingParams
 from mlx_paged.engine.config import EngineConfig
 from mlx_paged.engine.core import Engine
+from mlx_paged.kernels.paged_attention_reference import (
+    paged_attention_decode_rope_reference,
+    paged_attention_reference,
+)
 from mlx_paged.kv.rope_fusion import DeferredOffset, DeferredRoPE, defer_rope, rope_inv_freq
 
 PROMPTS = ["hello world", "the quick brown fox jumps over the lazy dog", "paged", "kv cache"]
@@ -69,3 +73,38 @@ def test_a_model_whose_rope_is_not_a_rotation_is_refused_and_left_as_it_was(tiny
     with pytest.raises(ValueError, match="not a rotation the decode_rope kernels express"):
         Engine(llm.model, llm.tokenizer, EngineConfig(num_blocks=32, fused_rope="on"))
     assert all(isinstance(layer.self_attn.rope, _Doubling) for layer in llm.model.layers)
+
+
+def test_fused_reference_equals_rotating_writing_then_attending():
+    """The fused op's oracle against the unfused steps it replaces: rotate with nn.RoPE, write
+    the new K/V into the pages, then attend (ragged rows, GQA 2, a window)."""
+    mx.random.seed(3)
+    block_size, heads, dim, lens = 4, 2, 16, [1, 6, 9]
+    tables = mx.array([[1, 0, 0], [2, 3, 0], [4, 5, 6]], dtype=mx.int32)
+    k_pages = mx.random.normal((7, block_size, heads, dim))
+    v_pages = mx.random.normal((7, block_size, heads, dim))
+    queries = mx.random.normal((3, 2 * heads, 1, dim))
+    keys, values = mx.random.normal((3, heads, 1, dim)), mx.random.normal((3, heads, 1, dim))
+    context_lens = mx.array(lens, dtype=mx.int32)
+    rope = nn.RoPE(dim, base=10000.0)
+    inv = rope_inv_freq(rope, dim)
+    for window in (None, 3):
+        out, rotated = paged_attention_decode_rope_reference(
+            queries, keys, values, k_pages, v_pages, tables, context_lens,
+            scale=0.25, rope_inv_freq=inv, window=window,
+        )  # fmt: skip
+        positions = context_lens - 1
+        expected_k = mx.concatenate(
+            [rope(keys[i : i + 1], offset=n - 1) for i, n in enumerate(lens)]
+        )
+        q = mx.concatenate([rope(queries[i : i + 1], offset=n - 1) for i, n in enumerate(lens)])
+        blocks = mx.array([tables[i, (n - 1) // block_size].item() for i, n in enumerate(lens)])
+        offsets = positions % block_size
+        k_new, v_new = mx.array(k_pages), mx.array(v_pages)
+        k_new[blocks, offsets] = expected_k[:, :, 0, :]
+        v_new[blocks, offsets] = values[:, :, 0, :]
+        expected = paged_attention_reference(
+            q, k_new, v_new, tables, context_lens, positions[:, None], scale=0.25, window=window
+        )
+        assert mx.allclose(rotated, expected_k, atol=1e-5).item()
+        assert mx.allclose(out, expected, atol=1e-5).item()
