@@ -172,6 +172,11 @@ class KVCacheManager:
         return True
 
     def allocate_decode(self, request) -> bool:
+        """Room for the token a decode step feeds (`allocate_slots(request, 1)`)."""
+        blocks = self.req_to_blocks.get(request.request_id)
+        # Most steps: the token's slot is in a block the request holds, and nothing changes.
+        if blocks and request.num_computed_tokens < len(blocks) * self.block_size:
+            return True
         return self.allocate_slots(request, 1) is not None
 
     def get_blocks(self, request: PagedRequest) -> list[KVCacheBlock]:

@@ -145,6 +145,20 @@ def test_decode_growth_allocates_a_block_only_at_boundaries():
     assert [b.block_id for b in m.allocate_slots(a, 1)] == [3]
 
 
+def test_allocate_decode_takes_a_block_only_at_boundaries_and_when_the_pool_has_one():
+    m = KVCacheManager(num_blocks=4, block_size=2)
+    a = Req("a", [1, 2, 3])
+    m.allocate_slots(a, 3)
+    a.num_computed_tokens = 3
+    assert m.allocate_decode(a) and m.get_block_ids(a) == [1, 2]  # token 4 fits in block 2
+    a.num_computed_tokens = 4
+    assert m.allocate_decode(a) and m.get_block_ids(a) == [1, 2, 3]
+    a.num_computed_tokens = 5
+    assert m.allocate_decode(a) and m.block_pool.num_free_blocks == 0
+    a.num_computed_tokens = 6
+    assert not m.allocate_decode(a) and m.get_block_ids(a) == [1, 2, 3]  # the pool is dry
+
+
 def test_caching_off_never_hits():
     m = KVCacheManager(num_blocks=6, block_size=2, enable_caching=False)
     a = Req("a", [1, 2, 3])
