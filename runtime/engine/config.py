@@ -46,19 +46,14 @@ class EngineConfig:
         for name in ("max_num_seqs", "max_num_prefill_seqs", "prefill_step_size", "block_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.paged_attention not in PAGED_ATTENTION_MODES:
-            raise ValueError(
-                f"paged_attention must be one of {', '.join(PAGED_ATTENTION_MODES)}"
-                f", got {self.paged_attention!r}"
-            )
-        if self.compile_decode not in AUTO_ON_OFF:
-            raise ValueError(
-                f"compile_decode must be one of {', '.join(AUTO_ON_OFF)}, "
-                f"got {self.compile_decode!r}"
-            )
-        if self.fused_rope not in AUTO_ON_OFF:
-            raise ValueError(
-                f"fused_rope must be one of {', '.join(AUTO_ON_OFF)}, got {self.fused_rope!r}"
-            )
+        for name, allowed in (
+            ("paged_attention", PAGED_ATTENTION_MODES),
+            ("compile_decode", AUTO_ON_OFF),
+            ("fused_rope", AUTO_ON_OFF),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}"
+                )
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")

@@ -36,8 +36,9 @@ def enable_fused_rope(model, layout: KVLayout, pool: PagedKVPool, mode: str) -> 
     if mode == "off" or (mode == "auto" and pool.decode_backend is None):
         return False
     freqs = defer_rope(model, layout.head_dim)
-    reason = "its RoPE is not a rotation the decode_rope kernels express" if freqs is None else None
-    if freqs is not None:
+    if freqs is None:
+        reason = "its RoPE is not a rotation the decode_rope kernels express"
+    else:
         reason = _probe(model, layout, pool.block_size, freqs)
     if reason is not None:
         restore_rope(model)

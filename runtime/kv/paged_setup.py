@@ -81,11 +81,8 @@ def warm_up_kernels(backend: str, layout: KVLayout, block_size: int, rope: bool)
     from mlx_paged.kernels.paged_attention_routing import routed_specs
 
     gqa = layout.num_heads // layout.num_kv_heads
-    variants = [
-        (w, r)
-        for w in (False, True)[: 1 + layout.sliding_window]
-        for r in (False, rope)[: 1 + rope]
-    ]
+    windows = (False, True) if layout.sliding_window else (False,)
+    variants = [(w, r) for w in windows for r in ((False, True) if rope else (False,))]
     total = sum(
         len(routed_specs(backend, layout.dtype, layout.head_dim, block_size, gqa, w, r))
         for w, r in variants

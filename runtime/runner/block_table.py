@@ -79,7 +79,8 @@ class BlockTable:
     def decode_inputs(self, context_lens: np.ndarray, num_rows: int, width: int):
         """Block tables `(num_rows, width)`, context lengths and slot mapping of a decode step
         whose rows write their token at `context_lens - 1`; rows past the batch are padding
-        (length 1, writing slot 0 of the null block)."""
+        (length 1, writing slot 0 of the null block). The tables are a view of this table:
+        convert them before the next `sync`."""
         n = len(context_lens)
         if num_rows > len(self.table) or width > self.table.shape[1]:
             self._grow(rows=max(num_rows, len(self.table)), blocks=max(width, self.table.shape[1]))
@@ -90,7 +91,7 @@ class BlockTable:
         slots = tables[np.arange(num_rows), positions // self.block_size] * self.block_size
         slots += positions % self.block_size
         slots[n:] = 0
-        return tables.copy(), lens, slots.astype(np.int32)
+        return tables, lens, slots
 
     def _grow(self, rows: int | None = None, blocks: int | None = None) -> None:
         rows = rows or len(self.table)

@@ -34,13 +34,14 @@ class CompiledDecode:
         # Attention calls one step adds to `pool.attention_calls`: the hook counts them while
         # tracing only, so replays add what the last trace counted.
         self._calls_per_step: Counter = Counter()
+        self._traced_now = False
 
     def __call__(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:
         pool = self.pool
         k_pages, v_pages = list(pool.k_pages), list(pool.v_pages)
         groups = meta.block_tables.shape[0] * pool.page_shape[2]
         counters = pool.counters.reserve(groups)
-        before = Counter(pool.attention_calls)
+        self._traced_now = False
         try:
             logits, counters_next, k_new, v_new = self._compiled(
                 tokens, meta.block_tables, meta.context_lens, meta.slot_mapping, counters,
@@ -50,10 +51,7 @@ class CompiledDecode:
             pool.k_pages[:], pool.v_pages[:] = k_pages, v_pages
             pool.counters.replace(counters)
             raise
-        traced = pool.attention_calls - before
-        if traced:
-            self._calls_per_step = traced
-        else:
+        if not self._traced_now:  # a replay: the hook did not run, so count for it
             pool.attention_calls.update(self._calls_per_step)
         pool.counters.replace(counters_next)
         pool.k_pages[:], pool.v_pages[:] = k_new, v_new
@@ -63,6 +61,7 @@ class CompiledDecode:
         pool = self.pool
         pool.k_pages[:], pool.v_pages[:] = k_pages, v_pages
         pool.counters.replace(counters)
+        before = Counter(pool.attention_calls)
         meta = PagedAttentionMetadata(
             block_tables=block_tables,
             context_lens=context_lens,
@@ -72,4 +71,6 @@ class CompiledDecode:
             rope_in_attention=pool.rope_inv_freq is not None,
         )
         logits = self._forward(tokens, meta)
+        self._calls_per_step = pool.attention_calls - before
+        self._traced_now = True
         return logits, pool.counters.reserve(0), list(pool.k_pages), list(pool.v_pages)
