@@ -31,8 +31,11 @@ def _timed_engine(llm, prompts, max_tokens: int) -> float:
     return time.perf_counter() - tic
 
 
-def _decode_tok_s(run, batch: int, new: int, repeats: int) -> tuple[float, list[float]]:
-    run(new)  # warm-up at every table width the timed runs see: kernels, buffers, graphs
+def _decode_tok_s(run, batch: int, new: int, repeats: int, warm_up: bool = True):
+    """Median decode tok/s over `repeats` and the samples; `warm_up=False` when the caller
+    already ran `run(new)`."""
+    if warm_up:  # at every table width the timed runs see: kernels, buffers, graphs
+        run(new)
     samples = []
     for _ in range(repeats):
         full, first = run(new), run(1)
@@ -104,9 +107,10 @@ def _engine_methods(model: str, prompts: list, args) -> tuple[dict, object]:
     methods, bg_model = {}, None
     for name in (m for m in args.methods if m in ENGINE_METHODS):
         llm = LLM(model, **common, **ENGINE_METHODS[name])
+        _timed_engine(llm, prompts, args.new)  # warm-up, left out of the host/wait split
         before = _step_counters(llm)
         samples = _decode_tok_s(lambda n, llm=llm: _timed_engine(llm, prompts, n), args.batch,
-                                args.new, args.repeats)  # fmt: skip
+                                args.new, args.repeats, warm_up=False)  # fmt: skip
         methods[name] = _method(name, *samples)
         methods[name].update(_step_split(llm, before, args.batch))
         if name.startswith("paged"):
