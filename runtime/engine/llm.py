@@ -25,6 +25,7 @@ class CompletionResult:
     text: str
     finish_reason: str | None
     logprobs: list[TokenLogprob] = field(default_factory=list)
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
 
 
 class LLM:
@@ -128,5 +129,6 @@ class LLM:
                         if out.error:
                             raise RuntimeError(out.error)
                         res.finish_reason = out.finish_reason
+                        res.num_cached_tokens = out.num_cached_tokens
                         pending.discard(s.request_id)
         return [results[s.request_id] for s in streams]

@@ -38,8 +38,9 @@ class KVSpace(Protocol):
     def allocate_decode(self, request: Request) -> bool:
         """Room for one more token at position `num_computed_tokens`; False if the pool is dry."""
 
-    def free(self, request: Request) -> None:
-        """Release the request's blocks (finished, aborted or preempted)."""
+    def free(self, request: Request, cache_computed: bool = False) -> None:
+        """Release the request's blocks (finished, aborted or preempted); `cache_computed`
+        keeps a decoding request's computed blocks findable by the prefix cache."""
 
 
 @dataclass(slots=True)
@@ -148,20 +149,23 @@ class Scheduler:
         return rows, preempted
 
     def preempt(self, request: Request) -> None:
-        """Free the request's blocks and put it back at the front of the queue (recompute)."""
-        self.requeue([request])
+        """Free the request's blocks and put it back at the front of the queue (recompute;
+        its computed blocks stay in the prefix cache, so it usually resumes from them)."""
+        self.requeue([request], cache_computed=True)
         request.num_preemptions += 1
 
-    def requeue(self, requests: list[Request]) -> None:
+    def requeue(self, requests: list[Request], cache_computed: bool = False) -> None:
         """Put running or prefilling requests back at the front of the queue, in their order,
-        to be recomputed from their tokens so far (after a failed step)."""
+        to be recomputed from their tokens so far (after a failed step, whose K/V is not to
+        be trusted, unless `cache_computed`)."""
         for request in reversed(requests):
-            if request in self.running:
+            running = request in self.running
+            if running:
                 self.running.remove(request)
             else:
                 self.prefilling.remove(request)
             if self.kv is not None:
-                self.kv.free(request)
+                self.kv.free(request, cache_computed=cache_computed and running)
             request.num_computed_tokens = 0
             request.status = RequestStatus.WAITING
             self.waiting.appendleft(request)
@@ -195,7 +199,8 @@ class Scheduler:
         """Retire a request (finished, aborted or failed) from whichever queue holds it."""
         request.status = status
         if self.kv is not None:
-            self.kv.free(request)
+            # A decoding request's prompt and answer: the next turn of its conversation.
+            self.kv.free(request, cache_computed=request in self.running)
         if request in self.running:
             self.running.remove(request)
         elif request in self.prefilling:

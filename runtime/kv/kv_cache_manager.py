@@ -137,11 +137,13 @@ class KVCacheManager:
         return new_blocks
 
     def cache_blocks(self, request: PagedRequest, num_computed_tokens: int) -> None:
-        """Register the blocks that `num_computed_tokens` computed tokens have filled."""
+        """Register the blocks that `num_computed_tokens` computed tokens have filled (at most
+        the request's known tokens: a decode step's fed token is known only after the step)."""
         if not self.enable_caching:
             return
         blocks = self.req_to_blocks.get(request.request_id, [])
-        num_full = min(num_computed_tokens // self.block_size, len(blocks))
+        num_tokens = min(num_computed_tokens, len(request.all_token_ids))
+        num_full = min(num_tokens // self.block_size, len(blocks))
         start = self.num_cached_block.get(request.request_id, 0)
         if num_full <= start:
             return
@@ -150,8 +152,15 @@ class KVCacheManager:
             self.block_pool.cache_full_block(blocks[i], hashes[i])
         self.num_cached_block[request.request_id] = num_full
 
-    def free(self, request: PagedRequest) -> None:
-        """Release the request's blocks, tail first, so its most specific blocks go first."""
+    def free(self, request: PagedRequest, cache_computed: bool = False) -> None:
+        """Release the request's blocks, tail first, so its most specific blocks go first.
+
+        `cache_computed`: first register the full blocks of its known tokens, so a later request
+        (the conversation's next turn, or this one resumed) hits them. Only for a request that
+        was decoding: its prompt and every known output token have their K/V written or queued.
+        """
+        if cache_computed:
+            self.cache_blocks(request, request.num_computed_tokens)
         blocks = self.req_to_blocks.pop(request.request_id, [])
         self.block_pool.free_blocks(list(reversed(blocks)))
         self.num_cached_block.pop(request.request_id, None)
@@ -168,11 +177,15 @@ class KVCacheManager:
             return False
         self.allocate_slots(request, num_new, hits)
         request.num_computed_tokens = num_hit
-        request.num_cached_tokens = num_hit
+        if not request.output_token_ids:  # a resumed request's hit may cover its own output
+            request.num_cached_tokens = num_hit
         return True
 
     def allocate_decode(self, request) -> bool:
-        """Room for the token a decode step feeds (`allocate_slots(request, 1)`)."""
+        """Room for the token a decode step feeds (`allocate_slots(request, 1)`). A block the
+        previous steps filled is cached first, so decoded text is a prefix like any prompt."""
+        if request.num_computed_tokens % self.block_size == 0:
+            self.cache_blocks(request, request.num_computed_tokens)
         blocks = self.req_to_blocks.get(request.request_id)
         # Most steps: the token's slot is in a block the request holds, and nothing changes.
         if blocks and request.num_computed_tokens < len(blocks) * self.block_size:

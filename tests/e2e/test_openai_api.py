@@ -204,3 +204,22 @@ def test_prefix_cache_hits_show_in_usage(client):
     assert second.usage.prompt_tokens_details.cached_tokens >= 64
     assert second.usage.prompt_tokens_details.cached_tokens % 16 == 0
     assert first.choices[0].finish_reason in ("stop", "length")
+
+
+def test_a_chats_next_turn_hits_its_previous_prompt_and_answer(client):
+    messages = [{"role": "system", "content": "You are a helpful assistant."}]
+    previous = None
+    for question in ("Name a fruit.", "And its colour?", "Name another.", "Which is sweeter?",
+                     "Thanks, bye."):  # fmt: skip
+        messages.append({"role": "user", "content": question})
+        reply = client.chat.completions.create(
+            model=MODEL, messages=messages, max_tokens=40, temperature=0
+        )
+        usage = reply.usage
+        if previous is not None:
+            # The previous prompt and answer, up to their last full block of 16 (SmolLM2's
+            # template renders the answer as its sampled tokens, closing token included).
+            covered = (previous.prompt_tokens + previous.completion_tokens) // 16 * 16
+            assert usage.prompt_tokens_details.cached_tokens >= covered, (previous, usage)
+        previous = usage
+        messages.append({"role": "assistant", "content": reply.choices[0].message.content})

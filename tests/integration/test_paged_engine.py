@@ -76,6 +76,25 @@ def test_prefix_cache_hit_gives_the_cold_tokens(tiny_model_dir, model_type):
 
 
 @pytest.mark.parametrize("compile_decode", ["off", "on"], ids=["eager", "compiled"])
+def test_next_turn_hits_the_previous_prompt_and_answer(tiny_model_dir, compile_decode):
+    path = str(tiny_model_dir("llama"))
+    llm = LLM(path, kv_paged=True, block_size=4, num_blocks=128, compile_decode=compile_decode)
+    cold = LLM(path, kv_paged=True, block_size=4, num_blocks=128, enable_prefix_caching=False)
+    eos = llm.tokenizer.eos_token_id
+    turn = SamplingParams(max_tokens=13, logit_bias={eos: -100})
+    history = llm.tokenizer.encode(TEXTS[1])
+    for _ in range(3):
+        [result] = llm.generate(history, turn)
+        assert result.token_ids == cold.generate(history, turn)[0].token_ids
+        done = history + result.token_ids
+        history = done + llm.tokenizer.encode(" and then")
+        [nxt] = llm.generate(history, SamplingParams(max_tokens=1))
+        # Every answer token was fed (the last one by the step that found the request done).
+        assert nxt.num_cached_tokens == len(done) // 4 * 4
+    assert_pool_full(llm)
+
+
+@pytest.mark.parametrize("compile_decode", ["off", "on"], ids=["eager", "compiled"])
 @pytest.mark.parametrize("model_type", ["llama", "gemma3_text"])
 def test_preempt_then_resume_gives_the_same_tokens(tiny_model_dir, model_type, compile_decode):
     roomy = LLM(str(tiny_model_dir(model_type)), kv_paged=True, block_size=4, num_blocks=128)

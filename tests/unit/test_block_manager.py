@@ -159,6 +159,48 @@ def test_allocate_decode_takes_a_block_only_at_boundaries_and_when_the_pool_has_
     assert not m.allocate_decode(a) and m.get_block_ids(a) == [1, 2, 3]  # the pool is dry
 
 
+def _decode(m: KVCacheManager, r: Req, token: int) -> None:
+    """One decode step as the engine runs it: room for the fed token, then its id is known."""
+    assert m.allocate_decode(r)
+    r.num_computed_tokens += 1
+    r.extra.append(token)
+
+
+def test_decoded_blocks_are_cached_and_the_next_turn_hits_prompt_and_answer():
+    m = KVCacheManager(num_blocks=8, block_size=2)
+    a = Req("a", [1, 2, 3])
+    m.allocate_slots(a, 3)
+    a.num_computed_tokens = 3
+    m.cache_blocks(a, 3)
+    _decode(m, a, 9)  # fills block 2 with [3, 9]
+    _decode(m, a, 8)  # caches block 2 before taking block 3
+    assert m.get_computed_blocks(Req("b", [1, 2, 3, 9, 5])) == (m.req_to_blocks["a"][:2], 4)
+    _decode(m, a, 7)  # [8, 7] is full but cached only when the request goes on or leaves
+    assert m.get_computed_blocks(Req("c", [1, 2, 3, 9, 8, 7, 5]))[1] == 4
+    m.free(a, cache_computed=True)
+    assert m.get_computed_blocks(Req("c", [1, 2, 3, 9, 8, 7, 5]))[1] == 6
+
+
+def test_only_known_tokens_are_cached():
+    m = KVCacheManager(num_blocks=8, block_size=2)
+    a = Req("a", [1, 2, 3])
+    m.allocate_slots(a, 3)
+    a.num_computed_tokens = 3
+    assert m.allocate_decode(a)
+    a.num_computed_tokens = 4  # the fed token's id is not known yet (its step failed)
+    m.free(a, cache_computed=True)
+    assert m.get_computed_blocks(Req("b", [1, 2, 3, 0, 5]))[1] == 2
+
+
+def test_free_without_cache_computed_caches_nothing_new():
+    m = KVCacheManager(num_blocks=8, block_size=2)
+    a = Req("a", [1, 2, 3, 4, 5])
+    m.allocate_slots(a, 5)
+    a.num_computed_tokens = 5  # scheduled, but its step failed: the K/V is not trusted
+    m.free(a)
+    assert m.get_computed_blocks(Req("b", [1, 2, 3, 4, 5])) == ([], 0)
+
+
 def test_caching_off_never_hits():
     m = KVCacheManager(num_blocks=6, block_size=2, enable_caching=False)
     a = Req("a", [1, 2, 3])

@@ -97,7 +97,7 @@ class AllowList:
     def allocate_decode(self, request):
         return True
 
-    def free(self, request):
+    def free(self, request, cache_computed=False):
         pass
 
 
