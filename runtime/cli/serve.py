@@ -91,6 +91,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         max_num_seqs=args.decode_concurrency,
         max_num_prefill_seqs=args.prompt_concurrency,
         prefill_step_size=args.prefill_step_size,
+        max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size,
         kv_budget_bytes=args.kv_budget,
         num_blocks=args.num_blocks,

@@ -173,6 +173,14 @@ def _add_kv_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="turn off automatic prefix caching (paged path)",
     )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive,
+        default=None,
+        help="most tokens one step runs, decode rows included: long prompts are prefilled in "
+        "chunks between decode steps, so running streams keep their pace (paged path; "
+        "default: no budget)",
+    )
 
 
 def _add_http_args(p: argparse.ArgumentParser) -> None:

@@ -17,6 +17,9 @@ class EngineConfig:
         max_num_seqs: most requests decoding at once (`--decode-concurrency`).
         max_num_prefill_seqs: most requests prefilling at once (`--prompt-concurrency`).
         prefill_step_size: prompt tokens per request per step (`--prefill-step-size`).
+        max_num_batched_tokens: most tokens one step runs, decode rows included, so prompts
+            are prefilled in chunks between decode steps (`--max-num-batched-tokens`, vLLM's
+            name; paged path only); None: every prefilling request gets its full chunk.
         max_model_len: longest prompt + output; None takes the model's own context length.
         block_size, kv_budget_bytes, num_blocks, enable_prefix_caching: the paged KV pool.
         paged_attention: decode attention over pages: "auto" (the generated kernel on a Metal
@@ -33,6 +36,7 @@ class EngineConfig:
     max_num_seqs: int = 32
     max_num_prefill_seqs: int = 8
     prefill_step_size: int = 2048
+    max_num_batched_tokens: int | None = None
     max_model_len: int | None = None
     block_size: int = 16
     kv_budget_bytes: int | None = None
@@ -55,5 +59,10 @@ class EngineConfig:
                 raise ValueError(
                     f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}"
                 )
+        if self.max_num_batched_tokens is not None and not self.kv_paged:
+            raise ValueError(
+                "max_num_batched_tokens needs the paged KV path: the contiguous path prefills "
+                "as mlx-lm's BatchGenerator does, to give its exact tokens"
+            )
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")

@@ -67,6 +67,7 @@ class Engine(StepRecovery):
             max_num_seqs=config.max_num_seqs,
             max_num_prefill_seqs=config.max_num_prefill_seqs,
             prefill_step_size=config.prefill_step_size,
+            max_num_batched_tokens=config.max_num_batched_tokens,
             kv=self.kv,
         )
         self.outputs = OutputProcessor(tokenizer)
@@ -244,7 +245,7 @@ class Engine(StepRecovery):
                 self._finish(finished)
             for req, message in failed:
                 self._fail(req, message)
-        plan = self.scheduler.schedule_prompts()
+        plan = self.scheduler.schedule_prompts(len(rows))
         for req in plan.joining:
             self._admit(req)
         if not plan.is_empty:

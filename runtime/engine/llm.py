@@ -43,6 +43,8 @@ class LLM:
         max_num_seqs: most sequences decoding at once.
         max_num_prefill_seqs: most sequences prefilling at once.
         prefill_step_size: prompt tokens per sequence per step.
+        max_num_batched_tokens: most tokens one step runs, decode rows included (paged path;
+            None: no budget).
         chat_template: replaces the tokenizer's chat template.
     """
 
@@ -54,6 +56,7 @@ class LLM:
         max_num_seqs: int = 32,
         max_num_prefill_seqs: int = 8,
         prefill_step_size: int = 2048,
+        max_num_batched_tokens: int | None = None,
         chat_template: str | None = None,
         block_size: int = 16,
         num_blocks: int | None = None,
@@ -68,6 +71,7 @@ class LLM:
             max_num_seqs=max_num_seqs,
             max_num_prefill_seqs=max_num_prefill_seqs,
             prefill_step_size=prefill_step_size,
+            max_num_batched_tokens=max_num_batched_tokens,
             block_size=block_size,
             num_blocks=num_blocks,
             kv_budget_bytes=kv_budget_bytes,

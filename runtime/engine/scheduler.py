@@ -9,7 +9,10 @@ token):
      `max_num_prefill_seqs` prefilling at once, FCFS, and only if the KV path can admit them);
   3. prefilling requests with exactly their last prompt token left start generating: that token
      runs through the model on its own and the request becomes RUNNING (it decodes next step);
-  4. every other prefilling request gets a chunk of at most `prefill_step_size` prompt tokens.
+  4. every other prefilling request gets a chunk of at most `prefill_step_size` prompt tokens,
+     FCFS, within the step's token budget (`max_num_batched_tokens`, when set): the decode
+     rows and starting requests count one token each, so a long prompt is prefilled in chunks
+     between decode steps instead of stalling them.
 A request that is not batchable (a fixed seed) waits at the head of the queue until nothing else
 runs, then runs alone; nothing joins it until it finishes.
 
@@ -63,6 +66,9 @@ class Scheduler:
         max_num_seqs: most requests decoding at once (`--decode-concurrency`).
         max_num_prefill_seqs: most requests prefilling at once (`--prompt-concurrency`).
         prefill_step_size: most prompt tokens one request prefills per step.
+        max_num_batched_tokens: most tokens one step runs, decode rows included (None: no
+            budget, each prefilling request gets its `prefill_step_size` chunk); must exceed
+            `max_num_seqs`, so prompts always progress.
         kv: the paged KV path's admission and allocation (None: the contiguous path, which
             admits anything).
     """
@@ -73,6 +79,7 @@ class Scheduler:
         max_num_seqs: int = 32,
         max_num_prefill_seqs: int = 8,
         prefill_step_size: int = 2048,
+        max_num_batched_tokens: int | None = None,
         kv: KVSpace | None = None,
     ):
         if min(max_num_seqs, max_num_prefill_seqs, prefill_step_size) < 1:
@@ -81,6 +88,12 @@ class Scheduler:
             )
         # BatchGenerator never lets the decode batch be smaller than the prefill batch.
         self.max_num_seqs = max(max_num_seqs, max_num_prefill_seqs)
+        if max_num_batched_tokens is not None and max_num_batched_tokens <= self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({max_num_batched_tokens}) must exceed the decode "
+                f"concurrency ({self.max_num_seqs}), so every step has room for prompt tokens"
+            )
+        self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_prefill_seqs = max_num_prefill_seqs
         self.prefill_step_size = prefill_step_size
         self.kv = kv
@@ -170,8 +183,9 @@ class Scheduler:
             request.status = RequestStatus.WAITING
             self.waiting.appendleft(request)
 
-    def schedule_prompts(self) -> PromptSchedule:
-        """Plan the step's prompt work and advance each prefilling `num_computed_tokens`."""
+    def schedule_prompts(self, num_decode_rows: int = 0) -> PromptSchedule:
+        """Plan the step's prompt work and advance each prefilling `num_computed_tokens`;
+        `num_decode_rows` (this step's, from `schedule_decode`) count against the budget."""
         out = PromptSchedule()
         if len(self.running) >= self.max_num_seqs:
             return out
@@ -188,9 +202,17 @@ class Scheduler:
         self.prefilling = still_prefilling
         self.running.extend(out.starting)
 
+        budget = self.max_num_batched_tokens
+        if budget is not None:
+            budget -= num_decode_rows + len(out.starting)
         for req in self.prefilling:
             # The last prompt token is kept back: it runs in its own "start" forward.
             n = min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
+            if budget is not None:
+                n = min(n, budget)
+                if n < 1:
+                    break  # the step is full: the rest wait for the next one, in order
+                budget -= n
             req.num_computed_tokens += n
             out.prefill.append((req, n))
         return out

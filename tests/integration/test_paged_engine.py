@@ -75,6 +75,29 @@ def test_prefix_cache_hit_gives_the_cold_tokens(tiny_model_dir, model_type):
     assert_pool_full(llm)
 
 
+def test_token_budget_chunks_a_long_prompt_between_decode_steps(tiny_model_dir):
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
+              max_num_seqs=6, max_num_batched_tokens=9)  # fmt: skip
+    long_text = " ".join(TEXTS * 4)
+    prompts = [llm.tokenizer.encode(t) for t in [*TEXTS, long_text]]
+    step_tokens = []  # per step: decode rows + starting rows + prefill chunks
+    schedule_prompts = llm.engine.scheduler.schedule_prompts
+
+    def recorded(num_decode_rows):
+        plan = schedule_prompts(num_decode_rows)
+        step_tokens.append(num_decode_rows + len(plan.starting) + sum(n for _, n in plan.prefill))
+        return plan
+
+    llm.engine.scheduler.schedule_prompts = recorded
+    eos = llm.tokenizer.eos_token_id
+    sampling = [SamplingParams(max_tokens=m, logit_bias={eos: -100}) for m in [*MAX_TOKENS, 6]]
+    results = llm.generate(prompts, sampling)
+    for prompt, p, r in zip(prompts, sampling, results):
+        assert r.token_ids == reference(llm, prompt, p.max_tokens)
+    assert len(prompts[-1]) > 9 and max(step_tokens) == 9
+    assert_pool_full(llm)
+
+
 @pytest.mark.parametrize("compile_decode", ["off", "on"], ids=["eager", "compiled"])
 def test_next_turn_hits_the_previous_prompt_and_answer(tiny_model_dir, compile_decode):
     path = str(tiny_model_dir("llama"))

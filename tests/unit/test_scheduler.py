@@ -1,5 +1,7 @@
 """Scheduler policy, step by step, with exact expectations."""
 
+import pytest
+
 from mlx_paged.engine.request import Request, RequestStatus
 from mlx_paged.engine.scheduler import Scheduler
 from mlx_paged.sampling.sampling_params import SamplingParams
@@ -125,3 +127,24 @@ def test_finish_removes_from_any_queue():
         s.finish(r, RequestStatus.FINISHED_ABORTED)
     assert not s.has_unfinished_requests()
     assert all(r.status == RequestStatus.FINISHED_ABORTED for r in (a, b, c))
+
+
+def test_token_budget_chunks_prompts_between_decode_rows():
+    s = Scheduler(max_num_seqs=4, max_num_prefill_seqs=3, prefill_step_size=8,
+                  max_num_batched_tokens=10)  # fmt: skip
+    for name, n in (("a", 30), ("b", 5), ("c", 4)):
+        s.add_request(req(name, n))
+    # No decode rows yet: a takes its full chunk, b the 2 tokens left, c waits.
+    assert plan_view(s.schedule_prompts()) == (["a", "b", "c"], [], [("a", 8), ("b", 2)])
+    # Three decode rows this step leave 7 tokens: a takes them all; b and c wait in order.
+    assert plan_view(s.schedule_prompts(num_decode_rows=3)) == ([], [], [("a", 7)])
+    assert plan_view(s.schedule_prompts(num_decode_rows=3)) == ([], [], [("a", 7)])
+    # No decode rows: a finishes its prompt, b too, and c gets the one token left.
+    assert plan_view(s.schedule_prompts()) == ([], [], [("a", 7), ("b", 2), ("c", 1)])
+    # a and b start (one token each) and c takes the rest of its prompt.
+    assert plan_view(s.schedule_prompts()) == ([], ["a", "b"], [("c", 2)])
+
+
+def test_token_budget_must_leave_room_for_prompts():
+    with pytest.raises(ValueError, match="must exceed the decode concurrency"):
+        Scheduler(max_num_seqs=8, max_num_batched_tokens=8)
