@@ -25,6 +25,7 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     _add_prefix_cache(sub)
     _add_kernels(sub)
     _add_decode(sub)
+    _add_serve(sub)
 
 
 def _add_throughput(sub: argparse._SubParsersAction) -> None:
@@ -172,3 +173,45 @@ def _add_decode(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", default="bench/out/decode.json", help="JSON results file")
     p.set_defaults(run=_bench("decode"))
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    from mlx_paged.bench.serve_servers import DEFAULT_PEER
+
+    p = sub.add_parser(
+        "serve",
+        help="our server against a peer (default mlx_lm.server) over HTTP, one run: "
+        "output tok/s, TTFT, ITL, latency, errors; plus our offline throughput",
+    )
+    p.add_argument("--model", default=None, help="model (default: the embedded SmolLM2)")
+    p.add_argument(
+        "--random-llama", action="store_true", help="a random ~1B llama built on the fly"
+    )
+    p.add_argument("--prompt-tokens", type=int, default=512, help="tokens per prompt (about)")
+    p.add_argument("--max-tokens", type=int, default=128, help="most output tokens per request")
+    p.add_argument("--concurrency", type=int, nargs="*", default=[1, 16, 64])
+    p.add_argument(
+        "--rate", type=float, nargs="*", default=[], help="Poisson request rates (req/s)"
+    )
+    p.add_argument(
+        "--min-requests",
+        type=int,
+        default=16,
+        help="requests per level: this, or twice the concurrency (default 16)",
+    )
+    p.add_argument(
+        "--peer",
+        default=DEFAULT_PEER,
+        help="the peer's command; {python}, {model}, {port}, {concurrency} are filled in; "
+        "'none' runs ours alone (default: %(default)s)",
+    )
+    p.add_argument("--peer-name", default="mlx_lm.server", help="the peer's name in the table")
+    p.add_argument("--ours-args", default="", help="extra `mlx-paged serve` flags, one string")
+    p.add_argument("--warm-up", type=int, default=4, help="warm-up requests per server")
+    p.add_argument("--no-offline", action="store_true", help="skip the offline throughput")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per request")
+    p.add_argument("--start-timeout", type=float, default=600, help="seconds to start a server")
+    p.add_argument("--logs", default=None, help="folder for the servers' logs (default: temp)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="bench/out/serve.json", help="JSON results file (+ .png)")
+    p.set_defaults(run=_bench("serve"))

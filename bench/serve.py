@@ -1,0 +1,161 @@
+"""`mlx-paged bench serve`: our server and a peer (default `mlx_lm.server`) on the same model,
+the same prompts and the same load, one after the other in one run, plus our offline throughput
+(`LLM.generate`) on the same workload.
+
+Each concurrency level sends max(`--min-requests`, 2 x concurrency) streamed completions with
+that many in flight; each `--rate` sends `--min-requests` at Poisson arrivals. Every level gets
+prompts of its own, unique from their first token, so no level hits a prefix cache that an
+earlier one filled. Each server (and the offline engine) is warmed up with `--warm-up` requests
+of its own first.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .serve_load import request_body, run_concurrency, run_rate, summarize
+from .serve_report import plot, print_table
+from .serve_servers import free_port, ours_command, peer_command, running_server
+
+
+def main(args) -> int:
+    """Run the load against each server and offline; writes `args.out` (and a PNG beside it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        model = _model_path(args, Path(tmp))
+        workload = _workload(model, args)
+        result = {"model": args.model or ("random llama 1B" if args.random_llama else "SmolLM2"),
+                  "machine": platform.machine(), "workload": _describe(args),
+                  "servers": {}, "offline": {}}  # fmt: skip
+        most = max(args.concurrency)
+        servers = {"mlx-paged": lambda port: ours_command(model, port, most, args.ours_args)}
+        if args.peer != "none":
+            servers[args.peer_name] = lambda port: peer_command(args.peer, model, port, most)
+        for name, command in servers.items():
+            result["servers"][name] = _measure_server(name, command, workload, args, tmp)
+        if not args.no_offline:
+            result["offline"] = _offline(model, workload, args)
+    print_table(result)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    plot(result, out.with_suffix(".png"))
+    return 0
+
+
+def _model_path(args, tmp: Path) -> str:
+    if args.random_llama:
+        from .random_llama import build_random_llama
+
+        print("building a random llama 1B...", flush=True)
+        return str(build_random_llama(tmp / "llama-1b-random"))
+    from mlx_paged.models.loader import resolve_model
+
+    return resolve_model(args.model)[0]
+
+
+def _describe(args) -> dict:
+    return {"prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens,
+            "concurrency": args.concurrency, "rates": args.rate,
+            "min_requests": args.min_requests, "ours_args": args.ours_args,
+            "peer": args.peer}  # fmt: skip
+
+
+def _workload(model: str, args) -> dict:
+    """Prompts per level, text of about `args.prompt_tokens` tokens each, all distinct."""
+    from mlx_lm.utils import load_tokenizer
+
+    tokenizer = load_tokenizer(Path(model))
+    rng = np.random.default_rng(args.seed)
+    vocab = len(tokenizer.get_vocab())
+    special = set(tokenizer.all_special_ids)
+
+    def prompt() -> str:
+        ids = [int(t) for t in rng.integers(100, vocab - 100, args.prompt_tokens + 8)]
+        ids = [t for t in ids if t not in special]
+        return tokenizer.decode(tokenizer.encode(tokenizer.decode(ids))[: args.prompt_tokens])
+
+    def requests(n: int, max_tokens: int) -> list[dict]:
+        return [request_body(model, prompt(), max_tokens) for _ in range(n)]
+
+    levels = {f"concurrency {c}": requests(max(args.min_requests, 2 * c), args.max_tokens)
+              for c in args.concurrency}  # fmt: skip
+    levels.update({f"rate {r}": requests(args.min_requests, args.max_tokens) for r in args.rate})
+    return {"warm_up": requests(args.warm_up, 8), "levels": levels}
+
+
+def _measure_server(name: str, command, workload: dict, args, tmp: str) -> dict:
+    """Start the server (`command(port)`), warm it up, run every level, stop it."""
+    port = free_port()
+    command = command(port)
+    print(f"== {name}: {' '.join(command)}", flush=True)
+    log = Path(args.logs or tmp) / f"{name.replace('/', '_')}.log"
+    out = {}
+    with running_server(command, port, log, timeout=args.start_timeout) as url:
+        if workload["warm_up"]:
+            run_concurrency(url, workload["warm_up"], len(workload["warm_up"]), args.timeout)
+        for level, bodies in workload["levels"].items():
+            kind, value = level.split()
+            if kind == "concurrency":
+                records, wall = run_concurrency(url, bodies, int(value), args.timeout)
+            else:
+                records, wall = run_rate(url, bodies, float(value), args.timeout, args.seed)
+            out[level] = summarize(records, wall)
+            s = out[level]
+            print(f"  {level}: {s['output_tok_s']:.1f} out tok/s, TTFT p50 "
+                  f"{_ms(s['ttft_ms']['p50'])}, ITL p50/p99 {_ms(s['itl_ms']['p50'])}/"
+                  f"{_ms(s['itl_ms']['p99'])}, errors {s['errors']}", flush=True)  # fmt: skip
+    return out
+
+
+def _offline(model: str, workload: dict, args) -> dict:
+    """Output tok/s of `LLM.generate` on each concurrency level's prompts, that many at a
+    time, with the engine flags of `--ours-args`."""
+    import mlx.core as mx
+
+    from mlx_paged import LLM, SamplingParams
+
+    out = {}
+    for c in args.concurrency:
+        llm = LLM(model, **_engine_kwargs(args.ours_args, c))
+        bodies = workload["levels"][f"concurrency {c}"]
+        params = SamplingParams(max_tokens=args.max_tokens)
+        if workload["warm_up"]:
+            llm.generate([b["prompt"] for b in workload["warm_up"]], SamplingParams(max_tokens=8))
+        tic = time.perf_counter()
+        results = llm.generate([b["prompt"] for b in bodies], params)
+        wall = time.perf_counter() - tic
+        tokens = sum(len(r.token_ids) for r in results)
+        out[f"concurrency {c}"] = {"output_tokens": tokens, "output_tok_s": tokens / wall}
+        print(f"  offline, concurrency {c}: {tokens / wall:.1f} out tok/s", flush=True)
+        llm.engine.shutdown()
+        del llm
+        mx.clear_cache()
+    return out
+
+
+def _engine_kwargs(ours_args: str, concurrency: int) -> dict:
+    """`LLM` keyword arguments for `mlx-paged serve` flags."""
+    import argparse
+    import dataclasses
+    import shlex
+
+    from mlx_paged.cli.serve import engine_config
+    from mlx_paged.cli.serve_args import add_serve_args
+
+    parser = argparse.ArgumentParser()
+    add_serve_args(parser)
+    flags = ["--decode-concurrency", str(concurrency), *shlex.split(ours_args)]
+    config = dataclasses.asdict(engine_config(parser.parse_args(flags)))
+    config.pop("max_model_len")
+    return config
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
