@@ -92,7 +92,9 @@ def _kv_metrics(out: _Exposition, engine) -> None:
     ):  # fmt: skip
         out.add(f"mlx_paged_{name}", "gauge", help_text, value)
     calls = engine.runner.pool.attention_calls
-    for path in ("kernel", "reference"):
+    paths = ["kernel", "reference", "causal"]  # always shown; other paths once they ran
+    paths += sorted({path for path, _ in calls} - set(paths))
+    for path in paths:
         for phase in ("decode", "prefill"):
             out.add("mlx_paged_attention_calls_total", "counter",
                     "Paged attention calls (one per layer per forward) by path and phase.",

@@ -65,9 +65,10 @@ def paged_scaled_dot_product_attention(
     """Drop-in for mlx-lm's `scaled_dot_product_attention` that understands paged caches.
 
     Decode steps (one query per row) run the generated kernel when the pool has a kernel
-    backend, the RoPE-fused one (`decode_rope_*`) when the step defers RoPE to attention;
-    prefill, attention sinks and the CPU run the reference. Every call is counted by path in
-    `pool.attention_calls`.
+    backend, the RoPE-fused one (`decode_rope_*`) when the step defers RoPE to attention. A
+    prompt's first chunk attends over its own K/V with MLX's causal SDPA (what mlx-lm does);
+    other prefill chunks, attention sinks and the CPU's decode run the reference. Every call is
+    counted by path in `pool.attention_calls`.
     """
     if isinstance(cache, PagedLayerCache):
         meta = cache.metadata
@@ -89,6 +90,11 @@ def paged_scaled_dot_product_attention(
                 backend=pool.decode_backend,
                 counters=pool.counters,
             )
+        if phase == "prefill" and _own_kv_suffices(meta, window, sinks):
+            pool.attention_calls["causal", phase] += 1
+            return mx.fast.scaled_dot_product_attention(
+                queries, keys, values, scale=scale, mask="causal"
+            )
         pool.attention_calls["reference", phase] += 1
         return paged_attention_reference(
             queries,
@@ -104,6 +110,13 @@ def paged_scaled_dot_product_attention(
     if hasattr(cache, "observe_attention"):  # the layout probe at load
         cache.observe_attention(queries, keys, values, mask)
     return _original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+
+
+def _own_kv_suffices(meta, window: int | None, sinks) -> bool:
+    """Rows that start at position 0 see only this forward's keys, causally: padding sits
+    after each row's tokens, where causal masking hides it from them."""
+    fits_window = window is None or window >= meta.num_query_tokens
+    return meta.starts_at_zero and fits_window and sinks is None
 
 
 def _decode_with_rope(queries, keys, values, cache, scale, window, sinks) -> mx.array:

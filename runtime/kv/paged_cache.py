@@ -34,6 +34,8 @@ class PagedAttentionMetadata:
         rope_in_attention: a decode step whose RoPE the attention kernel applies
             (`rope_fusion.py`): the model gets a `DeferredOffset`, and the attention hook writes
             the rotated keys.
+        starts_at_zero: every row's first query token is at position 0 (a prompt's first
+            chunk with no prefix-cache hit), so its attention needs only this forward's K/V.
     """
 
     block_tables: mx.array
@@ -42,6 +44,7 @@ class PagedAttentionMetadata:
     slot_mapping: tuple[mx.array, mx.array]
     num_query_tokens: int
     rope_in_attention: bool = False
+    starts_at_zero: bool = False
 
     @property
     def query_positions(self) -> mx.array:

@@ -75,6 +75,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             offsets=input_array(starts),
             slot_mapping=split_slots(slots, bs),
             num_query_tokens=width,
+            starts_at_zero=not any(starts),
         )
 
     def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:

@@ -24,7 +24,7 @@ def test_probe_sees_query_heads_and_windows(tiny_model_dir):
 
 
 def test_cpu_decode_runs_the_reference_and_counts_it(tiny_model_dir):
-    llm = LLM(str(tiny_model_dir("llama")), num_blocks=64, block_size=16)
+    llm = LLM(str(tiny_model_dir("llama")), num_blocks=64, block_size=4)
     pool = llm.engine.runner.pool
     assert pool.decode_backend is None
     llm.generate(
@@ -32,8 +32,12 @@ def test_cpu_decode_runs_the_reference_and_counts_it(tiny_model_dir):
         SamplingParams(max_tokens=6, ignore_eos=True),
     )
     calls = pool.attention_calls
-    # 2 layers per forward: prefill forwards, then one forward per further token.
-    assert calls["reference", "prefill"] > 0 and calls["reference", "decode"] >= 2 * 5
+    # 2 layers per forward: prefill forwards, then one forward per further token. Fresh
+    # prompts attend over their own K/V; one that hits the prefix cache reads its pages.
+    assert calls["causal", "prefill"] > 0 and calls["reference", "prefill"] == 0
+    assert calls["reference", "decode"] >= 2 * 5
+    llm.generate("paged attention kv cache block table and more", SamplingParams(max_tokens=1))
+    assert calls["reference", "prefill"] > 0
     assert calls["reference", "decode"] % 2 == 0
     assert calls["kernel", "decode"] == 0
     text = render_prometheus(llm.engine)
@@ -42,6 +46,10 @@ def test_cpu_decode_runs_the_reference_and_counts_it(tiny_model_dir):
         f"{calls['reference', 'decode']}"
     ) in text
     assert 'mlx_paged_attention_calls_total{path="kernel",phase="decode"} 0' in text
+    assert (
+        f'mlx_paged_attention_calls_total{{path="causal",phase="prefill"}} '
+        f"{calls['causal', 'prefill']}"
+    ) in text
 
 
 def test_forcing_the_kernel_without_a_gpu_fails_at_load(tiny_model_dir):
