@@ -26,6 +26,7 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     _add_kernels(sub)
     _add_decode(sub)
     _add_serve(sub)
+    _add_prefill(sub)
 
 
 def _add_throughput(sub: argparse._SubParsersAction) -> None:
@@ -215,3 +216,20 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="bench/out/serve.json", help="JSON results file (+ .png)")
     p.set_defaults(run=_bench("serve"))
+
+
+def _add_prefill(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "prefill", help="prefill tok/s of uncached prompts: paged engine vs BatchGenerator"
+    )
+    p.add_argument(
+        "--model", default=None, help="model (default: a random ~1B llama built on the fly)"
+    )
+    p.add_argument("--batch", type=int, default=64, help="prompts")
+    p.add_argument("--prompt", type=int, default=512, help="tokens per prompt")
+    p.add_argument(
+        "--prefill-batch", type=int, nargs="+", default=[8], help="prompts prefilling at once"
+    )
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", default="bench/out/prefill.json", help="JSON results file")
+    p.set_defaults(run=_bench("prefill"))
