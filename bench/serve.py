@@ -5,8 +5,9 @@ the same prompts and the same load, one after the other in one run, plus our off
 Each concurrency level sends max(`--min-requests`, 2 x concurrency) streamed completions with
 that many in flight; each `--rate` sends `--min-requests` at Poisson arrivals. Every level gets
 prompts of its own, unique from their first token, so no level hits a prefix cache that an
-earlier one filled. Each server (and the offline engine) is warmed up with `--warm-up` requests
-of its own first.
+earlier one filled. Before each level, a server gets a warm-up wave of its own prompts at that
+level's concurrency (at least `--warm-up` requests, 8 tokens each), so the level measures steady
+state and not the first traces of new batch shapes; the offline engine gets the same.
 """
 
 from __future__ import annotations
@@ -87,7 +88,13 @@ def _workload(model: str, args) -> dict:
     levels = {f"concurrency {c}": requests(max(args.min_requests, 2 * c), args.max_tokens)
               for c in args.concurrency}  # fmt: skip
     levels.update({f"rate {r}": requests(args.min_requests, args.max_tokens) for r in args.rate})
-    return {"warm_up": requests(args.warm_up, 8), "levels": levels}
+    warm_up = {level: requests(max(args.warm_up, _in_flight(level)), 8) for level in levels}
+    return {"warm_up": warm_up, "levels": levels}
+
+
+def _in_flight(level: str) -> int:
+    kind, value = level.split()
+    return int(value) if kind == "concurrency" else 1
 
 
 def _measure_server(name: str, command, workload: dict, args, tmp: str) -> dict:
@@ -95,12 +102,14 @@ def _measure_server(name: str, command, workload: dict, args, tmp: str) -> dict:
     port = free_port()
     command = command(port)
     print(f"== {name}: {' '.join(command)}", flush=True)
-    log = Path(args.logs or tmp) / f"{name.replace('/', '_')}.log"
+    logs = Path(args.logs or tmp)
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{name.replace('/', '_')}.log"
     out = {}
     with running_server(command, port, log, timeout=args.start_timeout) as url:
-        if workload["warm_up"]:
-            run_concurrency(url, workload["warm_up"], len(workload["warm_up"]), args.timeout)
         for level, bodies in workload["levels"].items():
+            warm_up = workload["warm_up"][level]
+            run_concurrency(url, warm_up, max(_in_flight(level), 1), args.timeout)
             kind, value = level.split()
             if kind == "concurrency":
                 records, wall = run_concurrency(url, bodies, int(value), args.timeout)
@@ -116,7 +125,8 @@ def _measure_server(name: str, command, workload: dict, args, tmp: str) -> dict:
 
 def _offline(model: str, workload: dict, args) -> dict:
     """Output tok/s of `LLM.generate` on each concurrency level's prompts, that many at a
-    time, with the engine flags of `--ours-args`."""
+    time, with the engine flags of `--ours-args`: the level's prompts run once to warm up
+    (prefix caching off, so the timed run computes them again), then once timed."""
     import mlx.core as mx
 
     from mlx_paged import LLM, SamplingParams
@@ -126,8 +136,7 @@ def _offline(model: str, workload: dict, args) -> dict:
         llm = LLM(model, **_engine_kwargs(args.ours_args, c))
         bodies = workload["levels"][f"concurrency {c}"]
         params = SamplingParams(max_tokens=args.max_tokens)
-        if workload["warm_up"]:
-            llm.generate([b["prompt"] for b in workload["warm_up"]], SamplingParams(max_tokens=8))
+        llm.generate([b["prompt"] for b in bodies], params)
         tic = time.perf_counter()
         results = llm.generate([b["prompt"] for b in bodies], params)
         wall = time.perf_counter() - tic
@@ -151,7 +160,9 @@ def _engine_kwargs(ours_args: str, concurrency: int) -> dict:
 
     parser = argparse.ArgumentParser()
     add_serve_args(parser)
-    flags = ["--decode-concurrency", str(concurrency), *shlex.split(ours_args)]
+    # At most `concurrency` in flight: the engine never decodes fewer than it prefills at once.
+    flags = ["--decode-concurrency", str(concurrency), "--prompt-concurrency",
+             str(min(8, concurrency)), *shlex.split(ours_args), "--no-prefix-caching"]  # fmt: skip
     config = dataclasses.asdict(engine_config(parser.parse_args(flags)))
     config.pop("max_model_len")
     return config

@@ -4,7 +4,9 @@ timed from the client's side of the socket.
 
 Token timing comes from the SSE events: TTFT is the time to the first event that carries text,
 ITL the gaps between such events (both servers send one event per token unless a token ends
-inside a UTF-8 character), and output tokens are the usage the server reports at the end.
+inside a UTF-8 character), and output tokens are the usage the server reports at the end. A
+request whose first token ends it (end of sequence) has no TTFT; one whose stream stops before
+`data: [DONE]` is an error.
 """
 
 from __future__ import annotations
@@ -56,8 +58,10 @@ def stream_completion(url: str, body: dict, timeout: float) -> RequestRecord:
         if response.status != 200:
             record.error = f"HTTP {response.status}: {response.read(300)!r}"
             return record
+        done = False
         for line in response:
             if line.startswith(b"data: [DONE]"):
+                done = True
                 break  # a keep-alive connection stays open after the stream's end
             event = parse_event(line)
             if event is None:
@@ -72,8 +76,8 @@ def stream_completion(url: str, body: dict, timeout: float) -> RequestRecord:
             if event.get("usage"):
                 record.output_tokens = event["usage"]["completion_tokens"]
                 record.prompt_tokens = event["usage"]["prompt_tokens"]
-        if record.ttft is None:
-            record.error = "the stream ended without text"
+        if not done:
+            record.error = "the stream ended before data: [DONE]"
     except (OSError, http.client.HTTPException, ValueError) as exc:
         record.error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -137,7 +141,7 @@ def summarize(records: list[RequestRecord], wall: float) -> dict:
         "output_tok_s": sum(r.output_tokens for r in ok) / wall if wall > 0 else 0.0,
         "mean_prompt_tokens": statistics.fmean(r.prompt_tokens for r in ok) if ok else 0.0,
         "wall_s": wall,
-        "ttft_ms": _percentiles([r.ttft for r in ok]),
+        "ttft_ms": _percentiles([r.ttft for r in ok if r.ttft is not None]),
         "itl_ms": _percentiles([x for r in ok for x in r.itls]),
         "e2e_ms": _percentiles([r.latency for r in ok]),
     }

@@ -208,7 +208,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--peer-name", default="mlx_lm.server", help="the peer's name in the table")
     p.add_argument("--ours-args", default="", help="extra `mlx-paged serve` flags, one string")
-    p.add_argument("--warm-up", type=int, default=4, help="warm-up requests per server")
+    p.add_argument(
+        "--warm-up",
+        type=int,
+        default=4,
+        help="fewest warm-up requests before each level (default 4; else its concurrency)",
+    )
     p.add_argument("--no-offline", action="store_true", help="skip the offline throughput")
     p.add_argument("--timeout", type=float, default=600, help="seconds per request")
     p.add_argument("--start-timeout", type=float, default=600, help="seconds to start a server")
