@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .report_decode import DECODE_RUNS, decode
+from .report_serve import PREFILL_RUN, SERVE_RUN, prefill, serve
 from .report_table import table as _table
 
 KERNEL_COMMAND = (
@@ -242,6 +243,8 @@ SECTIONS = (
         ("h200-kernels.json", "h200-kernels-chained.json", "h200-kernels-pipelined.json"), kernels
     ),
     Section(DECODE_RUNS, decode),
+    Section((PREFILL_RUN,), prefill),
+    Section((SERVE_RUN,), serve),
     Section(("cpu-memory-density.json",), memory),
     Section(("cpu-prefix-cache-smollm2.json",), prefix_cache),
     Section(("cpu-throughput-smollm2.json",), throughput),

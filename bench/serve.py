@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
 
 from .serve_load import request_body, run_concurrency, run_rate, summarize
@@ -31,8 +32,9 @@ def main(args) -> int:
         model = _model_path(args, Path(tmp))
         workload = _workload(model, args)
         result = {"model": args.model or ("random llama 1B" if args.random_llama else "SmolLM2"),
-                  "machine": platform.machine(), "workload": _describe(args),
-                  "servers": {}, "offline": {}}  # fmt: skip
+                  "device": mx.device_info().get("device_name", str(mx.default_device())),
+                  "mlx": mx.__version__, "machine": platform.machine(),
+                  "workload": _describe(args), "servers": {}, "offline": {}}  # fmt: skip
         most = max(args.concurrency)
         servers = {"mlx-paged": lambda port: ours_command(model, port, most, args.ours_args)}
         if args.peer != "none":
@@ -127,8 +129,6 @@ def _offline(model: str, workload: dict, args) -> dict:
     """Output tok/s of `LLM.generate` on each concurrency level's prompts, that many at a
     time, with the engine flags of `--ours-args`: the level's prompts run once to warm up
     (prefix caching off, so the timed run computes them again), then once timed."""
-    import mlx.core as mx
-
     from mlx_paged import LLM, SamplingParams
 
     out = {}

@@ -1,0 +1,71 @@
+"""The serving and prefill sections of docs/benchmarks.md, from `bench serve` and
+`bench prefill` runs."""
+
+from __future__ import annotations
+
+from .report_table import table as _table
+from .serve_report import rows as serve_rows
+
+SERVE_RUN = "h200-serve-llama1b.json"
+PREFILL_RUN = "h200-prefill-llama1b.json"
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def serve(run: dict) -> str:
+    w = run["workload"]
+    peer = next(n for n in run["servers"] if n != "mlx-paged")
+    rows = [[r["level"], f"{r['ours_tok_s']:,.0f}", f"{r['peer_tok_s']:,.0f}",
+             f"{r['ratio']:.2f}x", f"{r['of_offline']:.0%}",
+             f"{_ms(r['ttft_p50'])} / {_ms(r['peer_ttft_p50'])}",
+             f"{_ms(r['itl_p50'])} / {_ms(r['itl_p99'])}", f"{r['errors']} / {r['peer_errors']}"]
+            for r in serve_rows(run)]  # fmt: skip
+    header = ["level", "mlx-paged out tok/s", peer, "ratio", "of our offline",
+              f"TTFT p50 ours / {peer} ms", "ITL p50 / p99 ours ms",
+              f"errors ours / {peer}"]  # fmt: skip
+    return f"""## Serving over HTTP
+
+What: our server and `{peer}` on the same model ({run["model"]}), one after the other in one
+run, each warmed up before every level; streamed `/v1/completions` of about
+{w["prompt_tokens"]}-token prompts (random text, distinct per request), up to
+{w["max_tokens"]} tokens each, greedy; each level sends max(16, 2 x concurrency) requests with
+that many in flight. TTFT and ITL are timed by the client from the SSE events; output tokens
+are the usage each server reports. "Of our offline" is our served tok/s over `LLM.generate` on
+the same prompts at the same concurrency. Errors are streams that broke off (connection
+resets).
+
+```bash
+mlx-paged bench serve --random-llama --concurrency 1 16 64
+```
+
+Results: `bench/results/{SERVE_RUN}` and its plot (`.png`) ({run["device"]}, MLX {run["mlx"]}).
+
+{_table(header, rows)}
+"""
+
+
+def prefill(run: dict) -> str:
+    m = run["methods"]
+    sizes = sorted({int(k.rsplit("_", 1)[1]) for k in m})
+    rows = []
+    for n in sizes:
+        ours = m[f"paged_prefill_batch_{n}"]["prefill_tok_s"]
+        theirs = m[f"batch_generator_prefill_batch_{n}"]["prefill_tok_s"]
+        rows.append([str(n), f"{ours:,.0f}", f"{theirs:,.0f}", f"{ours / theirs:.2f}x"])
+    return f"""## Prefill throughput
+
+What: {run["batch"]} uncached prompts of {run["prompt_tokens"]} random tokens to their first
+token, on a {run["model"]}: the paged engine (prefix caching off) against mlx-lm's
+`BatchGenerator`, with the same number of prompts prefilling at once; prefill tokens/s =
+prompts x prompt tokens / time, median of {run["repeats"]} after a warm-up.
+
+```bash
+mlx-paged bench prefill --batch 64 --prompt 512 --prefill-batch 8 64
+```
+
+Results: `bench/results/{PREFILL_RUN}` ({run["device"]}).
+
+{_table(["prompts at once", "paged tok/s", "BatchGenerator tok/s", "paged / BG"], rows)}
+"""
