@@ -57,6 +57,7 @@ def render_readme(readme: str, results: Path = RESULTS) -> str:
                 "cpu-memory-density.json",
                 "cpu-prefix-cache-smollm2.json",
                 "cpu-throughput-smollm2.json",
+                "h200-serve-llama1b.json",
             )
         )
     )

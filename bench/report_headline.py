@@ -3,6 +3,8 @@ section of docs/benchmarks.md (generated with it by `make bench-docs`)."""
 
 from __future__ import annotations
 
+from .serve_report import rows as serve_rows
+
 DOC = "docs/benchmarks.md"
 
 
@@ -24,13 +26,22 @@ def _kernel_row(chained: dict) -> list[str]:
     ]
 
 
-def headline(chained: dict, decode: dict, memory: dict, prefix: dict, throughput: dict) -> str:
+def headline(
+    chained: dict, decode: dict, memory: dict, prefix: dict, throughput: dict, serve: dict
+) -> str:
     """The Markdown table (no trailing newline)."""
     paged, bg = decode["methods"]["paged_kernel"], decode["methods"]["batch_generator"]
     dense = memory["results"]["paged"]["sequences_at_budget"]
     padded = memory["results"]["mlx_lm_batch_generator"]["sequences_at_budget"]
     ratios = [r["paged_vs_batch_generator"] for r in throughput["rows"]]
+    served = serve_rows(serve)[-1]
     rows = [
+        [
+            f"served over HTTP, 1B llama, {served['level']} (H200)",
+            _link(f"{served['ours_tok_s']:,.0f} out tok/s", "serving-over-http"),
+            f"`mlx_lm.server` {served['peer_tok_s']:,.0f} out tok/s",
+            f"{served['ratio']:.2f}x",
+        ],
         [
             f"decode, 1B llama, batch {decode['batch']} x {decode['prompt_tokens']} (H200)",
             _link(f"{paged['decode_tok_s']:,.0f} tok/s", "end-to-end-decode-throughput"),

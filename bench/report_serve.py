@@ -7,6 +7,7 @@ from .report_table import table as _table
 from .serve_report import rows as serve_rows
 
 SERVE_RUN = "h200-serve-llama1b.json"
+SERVE_PLOT = "h200-serve-llama1b.png"
 PREFILL_RUN = "h200-prefill-llama1b.json"
 
 
@@ -40,7 +41,8 @@ resets).
 mlx-paged bench serve --random-llama --concurrency 1 16 64
 ```
 
-Results: `bench/results/{SERVE_RUN}` and its plot (`.png`) ({run["device"]}, MLX {run["mlx"]}).
+Results: `bench/results/{SERVE_RUN}` and `bench/results/{SERVE_PLOT}` ({run["device"]},
+MLX {run["mlx"]}).
 
 {_table(header, rows)}
 """
