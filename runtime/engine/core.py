@@ -226,25 +226,9 @@ class Engine(StepRecovery):
             self.metrics.preemptions_total += len(preempted)
         if rows:
             tic = time.perf_counter()
-            finished, failed = [], []
-            for row in self.runner.decode(rows):
-                try:
-                    out = self.outputs.process(row.request, row.token, row.logprobs)
-                except Exception as exc:  # this row's text or logprobs: it fails alone
-                    logger.exception("output processing failed for %s", row.request.request_id)
-                    failed.append((row.request, f"output processing failed: {exc}"))
-                    continue
-                self._streams[row.request.request_id].queue.put(out)
-                if out.finished:
-                    finished.append(row.request)
-                    self.metrics.count_finish(out.finish_reason)
-            self.metrics.generation_tokens_total += len(rows)
+            self._deliver(self.runner.decode(rows))
             self.metrics.decode_seconds_total += time.perf_counter() - tic
             self.metrics.decode_wait_seconds_total = self.runner.device_wait_seconds
-            if finished:
-                self._finish(finished)
-            for req, message in failed:
-                self._fail(req, message)
         plan = self.scheduler.schedule_prompts(len(rows))
         for req in plan.joining:
             self._admit(req)
@@ -253,6 +237,29 @@ class Engine(StepRecovery):
             self.runner.run_prompts(plan)
             self.metrics.prompt_tokens_total += sum(n for _, n in plan.prefill) + len(plan.starting)
             self.metrics.prefill_seconds_total += time.perf_counter() - tic
+            if plan.starting and not rows:
+                # Nothing else decodes, so no overlap is lost: first tokens go out now.
+                self._deliver(self.runner.emit_pending())
+
+    def _deliver(self, outputs) -> None:
+        """Hand each row's token to its request's stream; retire the finished ones."""
+        finished, failed = [], []
+        for row in outputs:
+            try:
+                out = self.outputs.process(row.request, row.token, row.logprobs)
+            except Exception as exc:  # this row's text or logprobs: it fails alone
+                logger.exception("output processing failed for %s", row.request.request_id)
+                failed.append((row.request, f"output processing failed: {exc}"))
+                continue
+            self._streams[row.request.request_id].queue.put(out)
+            self.metrics.generation_tokens_total += 1
+            if out.finished:
+                finished.append(row.request)
+                self.metrics.count_finish(out.finish_reason)
+        if finished:
+            self._finish(finished)
+        for req, message in failed:
+            self._fail(req, message)
 
     def _admit(self, req: Request) -> None:
         params = req.sampling_params

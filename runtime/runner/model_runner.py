@@ -65,6 +65,8 @@ class LookaheadDecoder:
 
     def reset_decode(self) -> None:
         self.decode_rows: list[Request] = []
+        # Requests whose pending token `emit_pending` already returned: the next step skips it.
+        self.emitted_ids: set[str] = set()
         self.next_tokens = None  # (B,) tokens sampled last step, fed in this step
         # Per row, the log-probabilities its next token was sampled from; None for rows that
         # did not ask for logprobs, so no step splits the batch's (B, V) array for them.
@@ -85,7 +87,23 @@ class LookaheadDecoder:
         tic = time.perf_counter()
         mx.eval(inputs, _present(current_logprobs))
         self.device_wait_seconds += time.perf_counter() - tic
-        return [RowOutput(r, t, lp) for r, t, lp in zip(rows, inputs.tolist(), current_logprobs)]
+        outputs = zip(rows, inputs.tolist(), current_logprobs)
+        emitted, self.emitted_ids = self.emitted_ids, set()
+        return [RowOutput(r, t, lp) for r, t, lp in outputs if r.request_id not in emitted]
+
+    def emit_pending(self) -> list[RowOutput]:
+        """Wait for the pending tokens (the first ones of rows that just started) and return
+        them now instead of with the next step; that step then returns them no more. It costs
+        the overlap of building the next step with the device, so the engine calls it only
+        when no other row decodes."""
+        tic = time.perf_counter()
+        mx.eval(self.next_tokens, _present(self.next_logprobs))
+        self.device_wait_seconds += time.perf_counter() - tic
+        pending = zip(self.decode_rows, self.next_tokens.tolist(), self.next_logprobs)
+        emitted = self.emitted_ids
+        outputs = [RowOutput(r, t, lp) for r, t, lp in pending if r.request_id not in emitted]
+        emitted.update(o.request.request_id for o in outputs)
+        return outputs
 
     def start_rows(self, rows: list[Request], logits: mx.array, inputs: mx.array) -> None:
         """Sample the first tokens of requests whose last prompt token gave `logits`, and append
@@ -103,6 +121,7 @@ class LookaheadDecoder:
     def drop_decode_rows(self, requests: list[Request]) -> list[int] | None:
         """Remove `requests` from the decode batch; the kept indices, or None if none left."""
         gone = {id(r) for r in requests}
+        self.emitted_ids -= {r.request_id for r in requests}  # one may come back, resumed
         keep = [i for i, r in enumerate(self.decode_rows) if id(r) not in gone]
         if len(keep) == len(self.decode_rows):
             return None

@@ -134,3 +134,25 @@ def test_context_limits(llm):
         engine.check_request([], SamplingParams())
     with pytest.raises(InvalidRequestError):
         engine.check_request([10**6], SamplingParams())
+
+
+@pytest.mark.parametrize("kv_paged", [False, True], ids=["contiguous", "paged"])
+def test_first_token_goes_out_at_the_step_that_sampled_it(tiny_model_dir, kv_paged):
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=kv_paged, num_blocks=64)
+    engine = llm.engine
+    alone = engine.add_request(llm.encode("hello world again"), no_eos(llm, max_tokens=3))
+    engine.drain_inbox()
+    engine.step()  # the prompt but its last token
+    assert alone.queue.empty()
+    engine.step()  # the last prompt token samples the first token: out at once, nothing decodes
+    first = alone.queue.get_nowait()
+    assert len(first.token_ids) == 1
+    # Beside a decoding row, a first token comes with the next step instead (keeping that
+    # step's build overlapped with the device), and is never sent twice.
+    late = engine.add_request(llm.encode("the quick brown fox"), no_eos(llm, max_tokens=3))
+    while engine.scheduler.has_unfinished_requests():
+        engine.drain_inbox()
+        engine.step()
+    expected = llm.generate(["hello world again", "the quick brown fox"], no_eos(llm, max_tokens=3))
+    assert first.token_ids + collect(alone)[0] == expected[0].token_ids
+    assert collect(late)[0] == expected[1].token_ids
