@@ -21,6 +21,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from .serve_interference import measure
 from .serve_load import request_body, run_concurrency, run_rate, summarize
 from .serve_report import plot, print_table
 from .serve_servers import free_port, ours_command, peer_command, running_server
@@ -35,12 +36,15 @@ def main(args) -> int:
                   "device": mx.device_info().get("device_name", str(mx.default_device())),
                   "mlx": mx.__version__, "machine": platform.machine(),
                   "workload": _describe(args), "servers": {}, "offline": {}}  # fmt: skip
-        most = max(args.concurrency)
+        most = max([*args.concurrency, args.long_prompt_streams + 1 if args.long_prompt else 1])
         servers = {"mlx-paged": lambda port: ours_command(model, port, most, args.ours_args)}
         if args.peer != "none":
             servers[args.peer_name] = lambda port: peer_command(args.peer, model, port, most)
         for name, command in servers.items():
-            result["servers"][name] = _measure_server(name, command, workload, args, tmp)
+            levels, interference = _measure_server(name, command, workload, args, tmp)
+            result["servers"][name] = levels
+            if interference:
+                result.setdefault("long_prompt", {})[name] = interference
         if not args.no_offline:
             result["offline"] = _offline(model, workload, args)
     print_table(result)
@@ -54,10 +58,12 @@ def main(args) -> int:
 
 def _model_path(args, tmp: Path) -> str:
     if args.random_llama:
-        from .random_llama import build_random_llama
+        from .random_llama import ONE_B, build_random_llama
 
         print("building a random llama 1B...", flush=True)
-        return str(build_random_llama(tmp / "llama-1b-random"))
+        # A context long enough for `--long-prompt` (RoPE needs no table of positions).
+        config = {**ONE_B, "max_position_embeddings": 32768}
+        return str(build_random_llama(tmp / "llama-1b-random", config))
     from mlx_paged.models.loader import resolve_model
 
     return resolve_model(args.model)[0]
@@ -67,7 +73,9 @@ def _describe(args) -> dict:
     return {"prompt_tokens": args.prompt_tokens, "max_tokens": args.max_tokens,
             "concurrency": args.concurrency, "rates": args.rate,
             "min_requests": args.min_requests, "ours_args": args.ours_args,
-            "peer": args.peer}  # fmt: skip
+            "peer": args.peer, "long_prompt": args.long_prompt,
+            "long_prompt_streams": args.long_prompt_streams,
+            "long_prompt_stream_tokens": args.long_prompt_stream_tokens}  # fmt: skip
 
 
 def _workload(model: str, args) -> dict:
@@ -79,19 +87,23 @@ def _workload(model: str, args) -> dict:
     vocab = len(tokenizer.get_vocab())
     special = set(tokenizer.all_special_ids)
 
-    def prompt() -> str:
-        ids = [int(t) for t in rng.integers(100, vocab - 100, args.prompt_tokens + 8)]
+    def prompt(length: int) -> str:
+        ids = [int(t) for t in rng.integers(100, vocab - 100, length + 8)]
         ids = [t for t in ids if t not in special]
-        return tokenizer.decode(tokenizer.encode(tokenizer.decode(ids))[: args.prompt_tokens])
+        return tokenizer.decode(tokenizer.encode(tokenizer.decode(ids))[:length])
 
     def requests(n: int, max_tokens: int) -> list[dict]:
-        return [request_body(model, prompt(), max_tokens) for _ in range(n)]
+        return [request_body(model, prompt(args.prompt_tokens), max_tokens) for _ in range(n)]
 
     levels = {f"concurrency {c}": requests(max(args.min_requests, 2 * c), args.max_tokens)
               for c in args.concurrency}  # fmt: skip
     levels.update({f"rate {r}": requests(args.min_requests, args.max_tokens) for r in args.rate})
     warm_up = {level: requests(max(args.warm_up, _in_flight(level)), 8) for level in levels}
-    return {"warm_up": warm_up, "levels": levels}
+    workload = {"warm_up": warm_up, "levels": levels}
+    if args.long_prompt:
+        workload["streams"] = requests(args.long_prompt_streams, args.long_prompt_stream_tokens)
+        workload["long"] = request_body(model, prompt(args.long_prompt), 1)
+    return workload
 
 
 def _in_flight(level: str) -> int:
@@ -99,8 +111,9 @@ def _in_flight(level: str) -> int:
     return int(value) if kind == "concurrency" else 1
 
 
-def _measure_server(name: str, command, workload: dict, args, tmp: str) -> dict:
-    """Start the server (`command(port)`), warm it up, run every level, stop it."""
+def _measure_server(name: str, command, workload: dict, args, tmp: str):
+    """Start the server (`command(port)`), warm it up, run every level and the long-prompt
+    run, stop it; (levels, long-prompt result or None)."""
     port = free_port()
     command = command(port)
     print(f"== {name}: {' '.join(command)}", flush=True)
@@ -122,7 +135,15 @@ def _measure_server(name: str, command, workload: dict, args, tmp: str) -> dict:
             print(f"  {level}: {s['output_tok_s']:.1f} out tok/s, TTFT p50 "
                   f"{_ms(s['ttft_ms']['p50'])}, ITL p50/p99 {_ms(s['itl_ms']['p50'])}/"
                   f"{_ms(s['itl_ms']['p99'])}, errors {s['errors']}", flush=True)  # fmt: skip
-    return out
+        interference = None
+        if args.long_prompt:
+            interference = measure(url, workload["streams"], workload["long"], args.timeout)
+            during, outside = interference["itl_during_ms"], interference["itl_outside_ms"]
+            print(f"  a {args.long_prompt}-token prompt among {args.long_prompt_streams} streams: "
+                  f"ITL p99 during its prefill {_ms(during['p99'])}, p50 outside "
+                  f"{_ms(outside['p50'])}; its TTFT {_ms(interference['long_prompt_ttft_ms'])}",
+                  flush=True)  # fmt: skip
+    return out, interference
 
 
 def _offline(model: str, workload: dict, args) -> dict:

@@ -24,8 +24,11 @@ from urllib.parse import urlsplit
 
 @dataclass
 class RequestRecord:
-    """One request as the client saw it; times in seconds from its send."""
+    """One request as the client saw it; times in seconds from its send (`sent`, and the text
+    events' `event_times`, are `time.perf_counter()` readings)."""
 
+    sent: float = 0.0
+    event_times: list[float] = field(default_factory=list)
     ttft: float | None = None
     itls: list[float] = field(default_factory=list)
     latency: float = 0.0
@@ -44,12 +47,15 @@ def parse_event(line: bytes) -> dict | None:
     return json.loads(payload)
 
 
-def stream_completion(url: str, body: dict, timeout: float) -> RequestRecord:
-    """Send one streamed completion and time its events."""
+def stream_completion(
+    url: str, body: dict, timeout: float, first_token: threading.Event | None = None
+) -> RequestRecord:
+    """Send one streamed completion and time its events; `first_token` is set at its first
+    text (or when it ends without any)."""
     record = RequestRecord()
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
-    start = time.perf_counter()
+    start = record.sent = time.perf_counter()
     last = None
     try:
         conn.request("POST", "/v1/completions", json.dumps(body),
@@ -68,8 +74,11 @@ def stream_completion(url: str, body: dict, timeout: float) -> RequestRecord:
                 continue
             now = time.perf_counter() - start
             if any(c.get("text") for c in event.get("choices", ())):
+                record.event_times.append(start + now)
                 if last is None:
                     record.ttft = now
+                    if first_token is not None:
+                        first_token.set()
                 else:
                     record.itls.append(now - last)
                 last = now
@@ -83,6 +92,8 @@ def stream_completion(url: str, body: dict, timeout: float) -> RequestRecord:
     finally:
         record.latency = time.perf_counter() - start
         conn.close()
+        if first_token is not None:
+            first_token.set()
     return record
 
 

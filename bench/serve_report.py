@@ -40,6 +40,8 @@ def rows(result: dict) -> list[dict]:
 
 def print_table(result: dict) -> None:
     """A Markdown table of `rows(result)`."""
+    if not rows(result):
+        return
     peer = next((n for n in result["servers"] if n != OURS), "peer")
     print(f"\n| level | {OURS} out tok/s | {peer} | ratio | of offline | TTFT p50 ours / "
           f"{peer} ms | ITL p50 / p99 ours ms | errors ours / {peer} |")  # fmt: skip
@@ -63,6 +65,8 @@ def plot(result: dict, path: Path) -> bool:
     except ImportError:
         print("matplotlib is not installed: no plot (pip install matplotlib)")
         return False
+    if not any(result["servers"].values()):
+        return False  # a long-prompt run only: nothing per level to draw
     fig, (tput, ttft) = plt.subplots(1, 2, figsize=(11, 4))
     for name, levels in result["servers"].items():
         labels = list(levels)

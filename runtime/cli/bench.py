@@ -215,6 +215,17 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="fewest warm-up requests before each level (default 4; else its concurrency)",
     )
     p.add_argument("--no-offline", action="store_true", help="skip the offline throughput")
+    p.add_argument(
+        "--long-prompt",
+        type=int,
+        default=0,
+        help="also send one prompt of this many tokens among decoding streams and report their "
+        "ITL during its prefill (0: off)",
+    )
+    p.add_argument("--long-prompt-streams", type=int, default=32, help="streams decoding then")
+    p.add_argument(
+        "--long-prompt-stream-tokens", type=int, default=512, help="output tokens per stream"
+    )
     p.add_argument("--timeout", type=float, default=600, help="seconds per request")
     p.add_argument("--start-timeout", type=float, default=600, help="seconds to start a server")
     p.add_argument("--logs", default=None, help="folder for the servers' logs (default: temp)")
