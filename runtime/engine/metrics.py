@@ -92,7 +92,7 @@ def _kv_metrics(out: _Exposition, engine) -> None:
     ):  # fmt: skip
         out.add(f"mlx_paged_{name}", "gauge", help_text, value)
     calls = engine.runner.pool.attention_calls
-    paths = ["kernel", "reference", "causal"]  # always shown; other paths once they ran
+    paths = ["kernel", "reference", "causal", "causal_rows"]  # shown always; others once run
     paths += sorted({path for path, _ in calls} - set(paths))
     for path in paths:
         for phase in ("decode", "prefill"):

@@ -17,6 +17,7 @@ from mlx_paged.kernels.paged_attention import (
     paged_attention_decode_rope,
 )
 from mlx_paged.kernels.paged_attention_reference import (
+    gather_pages,
     paged_attention_decode_rope_reference,
     paged_attention_reference,
 )
@@ -65,10 +66,11 @@ def paged_scaled_dot_product_attention(
     """Drop-in for mlx-lm's `scaled_dot_product_attention` that understands paged caches.
 
     Decode steps (one query per row) run the generated kernel when the pool has a kernel
-    backend, the RoPE-fused one (`decode_rope_*`) when the step defers RoPE to attention. A
-    prompt's first chunk attends over its own K/V with MLX's causal SDPA (what mlx-lm does);
-    other prefill chunks, attention sinks and the CPU's decode run the reference. Every call is
-    counted by path in `pool.attention_calls`.
+    backend, the RoPE-fused one (`decode_rope_*`) when the step defers RoPE to attention.
+    Prefill runs MLX's causal SDPA as mlx-lm does: over this forward's own K/V when every row
+    starts at position 0, else row by row over the row's gathered context. Sliding windows
+    narrower than the context, attention sinks and the CPU's decode run the reference. Every
+    call is counted by path in `pool.attention_calls`.
     """
     if isinstance(cache, PagedLayerCache):
         meta = cache.metadata
@@ -95,6 +97,9 @@ def paged_scaled_dot_product_attention(
             return mx.fast.scaled_dot_product_attention(
                 queries, keys, values, scale=scale, mask="causal"
             )
+        if phase == "prefill" and _causal_rows_suffice(meta, window, sinks):
+            pool.attention_calls["causal_rows", phase] += 1
+            return _causal_per_row(queries, cache, scale)
         pool.attention_calls["reference", phase] += 1
         return paged_attention_reference(
             queries,
@@ -117,6 +122,29 @@ def _own_kv_suffices(meta, window: int | None, sinks) -> bool:
     after each row's tokens, where causal masking hides it from them."""
     fits_window = window is None or window >= meta.num_query_tokens
     return meta.starts_at_zero and fits_window and sinks is None
+
+
+def _causal_rows_suffice(meta, window: int | None, sinks) -> bool:
+    longest = max((s + n for s, n, _ in meta.prefill_rows), default=0)
+    return bool(meta.prefill_rows) and sinks is None and (window is None or window >= longest)
+
+
+def _causal_per_row(queries: mx.array, cache, scale: float) -> mx.array:
+    """Each row's valid queries over its own gathered context, with MLX's causal SDPA (which
+    aligns the queries to the end of the keys); padding queries get zeros."""
+    width = queries.shape[2]
+    outs = []
+    for row, (start, count, table) in enumerate(cache.metadata.prefill_rows):
+        total = start + count
+        keys = gather_pages(cache.k_pages, table[None])[:, :, :total]
+        values = gather_pages(cache.v_pages, table[None])[:, :, :total]
+        out = mx.fast.scaled_dot_product_attention(
+            queries[row : row + 1, :, :count], keys, values, scale=scale, mask="causal"
+        )
+        if count < width:
+            out = mx.pad(out, ((0, 0), (0, 0), (0, width - count), (0, 0)))
+        outs.append(out)
+    return mx.concatenate(outs) if len(outs) > 1 else outs[0]
 
 
 def _decode_with_rope(queries, keys, values, cache, scale, window, sinks) -> mx.array:

@@ -36,6 +36,8 @@ class PagedAttentionMetadata:
             the rotated keys.
         starts_at_zero: every row's first query token is at position 0 (a prompt's first
             chunk with no prefix-cache hit), so its attention needs only this forward's K/V.
+        prefill_rows: per row of a prefill forward, (first position, tokens, the row's block
+            table trimmed to its blocks): what lets attention read each row's exact context.
     """
 
     block_tables: mx.array
@@ -45,6 +47,7 @@ class PagedAttentionMetadata:
     num_query_tokens: int
     rope_in_attention: bool = False
     starts_at_zero: bool = False
+    prefill_rows: tuple[tuple[int, int, mx.array], ...] = ()
 
     @property
     def query_positions(self) -> mx.array:

@@ -76,6 +76,10 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             slot_mapping=split_slots(slots, bs),
             num_query_tokens=width,
             starts_at_zero=not any(starts),
+            prefill_rows=tuple(
+                (s, n, input_array(t[: -(-(s + n) // bs)]))
+                for t, s, n in zip(tables, starts, counts)
+            ),
         )
 
     def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:

@@ -33,11 +33,12 @@ def test_cpu_decode_runs_the_reference_and_counts_it(tiny_model_dir):
     )
     calls = pool.attention_calls
     # 2 layers per forward: prefill forwards, then one forward per further token. Fresh
-    # prompts attend over their own K/V; one that hits the prefix cache reads its pages.
+    # prompts attend over their own K/V; one that hits the prefix cache reads its pages, row
+    # by row.
     assert calls["causal", "prefill"] > 0 and calls["reference", "prefill"] == 0
     assert calls["reference", "decode"] >= 2 * 5
     llm.generate("paged attention kv cache block table and more", SamplingParams(max_tokens=1))
-    assert calls["reference", "prefill"] > 0
+    assert calls["causal_rows", "prefill"] > 0 and calls["reference", "prefill"] == 0
     assert calls["reference", "decode"] % 2 == 0
     assert calls["kernel", "decode"] == 0
     text = render_prometheus(llm.engine)
