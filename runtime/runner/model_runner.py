@@ -96,9 +96,7 @@ class LookaheadDecoder:
         them now instead of with the next step; that step then returns them no more. It costs
         the overlap of building the next step with the device, so the engine calls it only
         when no other row decodes."""
-        tic = time.perf_counter()
         mx.eval(self.next_tokens, _present(self.next_logprobs))
-        self.device_wait_seconds += time.perf_counter() - tic
         pending = zip(self.decode_rows, self.next_tokens.tolist(), self.next_logprobs)
         emitted = self.emitted_ids
         outputs = [RowOutput(r, t, lp) for r, t, lp in pending if r.request_id not in emitted]
