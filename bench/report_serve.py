@@ -8,6 +8,10 @@ from .serve_report import rows as serve_rows
 
 SERVE_RUN = "h200-serve-llama1b.json"
 SERVE_PLOT = "h200-serve-llama1b.png"
+CPU_SERVE_RUN = "cpu-serve-smollm2.json"
+CPU_SERVE_COMMAND = (
+    "mlx-paged bench serve --concurrency 1 8 --prompt-tokens 128 --max-tokens 32 --min-requests 8"
+)
 PREFILL_RUN = "h200-prefill-llama1b.json"
 
 
@@ -16,6 +20,16 @@ def _ms(value) -> str:
 
 
 def serve(run: dict) -> str:
+    return _serve_section(run, "Serving over HTTP", SERVE_RUN, SERVE_PLOT,
+                          "mlx-paged bench serve --random-llama --concurrency 1 16 64")  # fmt: skip
+
+
+def cpu_serve(run: dict) -> str:
+    return _serve_section(run, "Serving over HTTP on the CPU", CPU_SERVE_RUN,
+                          CPU_SERVE_RUN.replace(".json", ".png"), CPU_SERVE_COMMAND)  # fmt: skip
+
+
+def _serve_section(run: dict, title: str, name: str, plot: str, command: str) -> str:
     w = run["workload"]
     peer = next(n for n in run["servers"] if n != "mlx-paged")
     rows = [[r["level"], f"{r['ours_tok_s']:,.0f}", f"{r['peer_tok_s']:,.0f}",
@@ -26,23 +40,23 @@ def serve(run: dict) -> str:
     header = ["level", "mlx-paged out tok/s", peer, "ratio", "of our offline",
               f"TTFT p50 ours / {peer} ms", "ITL p50 / p99 ours ms",
               f"errors ours / {peer}"]  # fmt: skip
-    return f"""## Serving over HTTP
+    return f"""## {title}
 
-What: our server and `{peer}` on the same model ({run["model"]}), one after the other in one
-run, each warmed up before every level; streamed `/v1/completions` of about
+What: our server and `{peer}` on the same model ({run["model"]}), one after the
+other in one run, each warmed up before every level; streamed `/v1/completions` of about
 {w["prompt_tokens"]}-token prompts (random text, distinct per request), up to
-{w["max_tokens"]} tokens each, greedy; each level sends max(16, 2 x concurrency) requests with
-that many in flight. TTFT and ITL are timed by the client from the SSE events; output tokens
-are the usage each server reports. "Of our offline" is our served tok/s over `LLM.generate` on
-the same prompts at the same concurrency. Errors are streams that broke off (connection
-resets).
+{w["max_tokens"]} tokens each, greedy; each level sends max({w["min_requests"]}, 2 x concurrency)
+requests with that many in flight. TTFT and ITL are timed by the client from the SSE events;
+output tokens are the usage each server reports. "Of our offline" is our served tok/s over
+`LLM.generate` on the same prompts at the same concurrency. Errors are streams that broke off
+(connection resets).
 
 ```bash
-mlx-paged bench serve --random-llama --concurrency 1 16 64
+{command}
 ```
 
-Results: `bench/results/{SERVE_RUN}` and `bench/results/{SERVE_PLOT}` ({run["device"]},
-MLX {run["mlx"]}).
+Results: `bench/results/{name}` and `bench/results/{plot}`
+({run["device"]}, MLX {run["mlx"]}).
 
 {_table(header, rows)}
 """

@@ -213,7 +213,7 @@ def test_a_chats_next_turn_hits_its_previous_prompt_and_answer(client):
                      "Thanks, bye."):  # fmt: skip
         messages.append({"role": "user", "content": question})
         reply = client.chat.completions.create(
-            model=MODEL, messages=messages, max_tokens=40, temperature=0
+            model=MODEL, messages=messages, max_tokens=16, temperature=0
         )
         usage = reply.usage
         if previous is not None:
