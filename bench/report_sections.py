@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .report_decode import DECODE_RUNS, decode
-from .report_serve import PREFILL_RUN, SERVE_RUN, prefill, serve
+from .report_serve import CPU_SERVE_RUN, PREFILL_RUN, SERVE_RUN, cpu_serve, prefill, serve
 from .report_table import table as _table
 
 KERNEL_COMMAND = (
@@ -245,6 +245,7 @@ SECTIONS = (
     Section(DECODE_RUNS, decode),
     Section((PREFILL_RUN,), prefill),
     Section((SERVE_RUN,), serve),
+    Section((CPU_SERVE_RUN,), cpu_serve),
     Section(("cpu-memory-density.json",), memory),
     Section(("cpu-prefix-cache-smollm2.json",), prefix_cache),
     Section(("cpu-throughput-smollm2.json",), throughput),

@@ -15,6 +15,10 @@ CPU_SERVE_COMMAND = (
 PREFILL_RUN = "h200-prefill-llama1b.json"
 
 
+def _tok_s(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
 def _ms(value) -> str:
     return "-" if value is None else f"{value:,.1f}"
 
@@ -32,7 +36,7 @@ def cpu_serve(run: dict) -> str:
 def _serve_section(run: dict, title: str, name: str, plot: str, command: str) -> str:
     w = run["workload"]
     peer = next(n for n in run["servers"] if n != "mlx-paged")
-    rows = [[r["level"], f"{r['ours_tok_s']:,.0f}", f"{r['peer_tok_s']:,.0f}",
+    rows = [[r["level"], _tok_s(r["ours_tok_s"]), _tok_s(r["peer_tok_s"]),
              f"{r['ratio']:.2f}x", f"{r['of_offline']:.0%}",
              f"{_ms(r['ttft_p50'])} / {_ms(r['peer_ttft_p50'])}",
              f"{_ms(r['itl_p50'])} / {_ms(r['itl_p99'])}", f"{r['errors']} / {r['peer_errors']}"]
