@@ -277,15 +277,8 @@ class Engine(StepRecovery):
         """Retire requests and free their rows in one batch filter; `status` None means by
         their finish reason."""
         for req in reqs:
-            self.scheduler.finish(
-                req,
-                status
-                or (
-                    RequestStatus.FINISHED_STOPPED
-                    if req.finish_reason == "stop"
-                    else RequestStatus.FINISHED_LENGTH
-                ),
-            )
+            by_reason = RequestStatus.FINISHED_STOPPED if req.finish_reason == "stop" else None
+            self.scheduler.finish(req, status or by_reason or RequestStatus.FINISHED_LENGTH)
             self.outputs.drop(req)
             self._streams.pop(req.request_id, None)
         self.runner.remove(reqs)
