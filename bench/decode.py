@@ -9,7 +9,6 @@ first timed run of the kernel path at a quarter of the later ones' speed on the 
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from .output import device_name, write_result
 from .throughput import run_batch_generator
 
 
@@ -67,14 +67,11 @@ def main(args) -> int:
     for entry in methods.values():
         entry["vs_batch_generator"] = entry["decode_tok_s"] / base
     result = {"model": args.model or RANDOM_MODEL,
-              "device": mx.device_info().get("device_name", str(mx.default_device())),
+              "device": device_name(),
               "mlx": mx.__version__, "machine": platform.machine(), "batch": args.batch,
               "prompt_tokens": args.prompt, "new_tokens": args.new, "repeats": args.repeats,
               "statistic": "median", "methods": methods}  # fmt: skip
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result(result, args.out)
     return 0
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .output import load_pyplot
+
 
 def print_row(row: dict, copy_tb_s: float) -> None:
     cells = "  ".join(
@@ -21,13 +23,8 @@ def print_row(row: dict, copy_tb_s: float) -> None:
 
 def plot(result: dict, path: Path) -> bool:
     """Achieved TB/s vs context, one line per method, one panel per batch size."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install matplotlib)")
+    plt = load_pyplot()
+    if plt is None:
         return False
     batches = sorted({r["batch"] for r in result["rows"]})
     fig, axes = plt.subplots(1, len(batches), figsize=(4 * len(batches), 3.6), squeeze=False)

@@ -23,6 +23,7 @@ from mlx_paged.kernels.paged_attention_reference import paged_attention_referenc
 
 from .kernel_peers import time_peers
 from .kernel_plot import plot, print_row
+from .output import write_result
 from .paged_read import paged_read
 from .problems import make_problem
 from .timing import (
@@ -197,10 +198,8 @@ def main(args) -> int:
             rows.append(bench_shape(batch, context, args, torch_ok))
             print_row(rows[-1], copy["copy_tb_s"])
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     result = _result(args, rows, copy, floor, torch_ok)
-    (out_dir / "kernels.json").write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out_dir / 'kernels.json'}")
+    write_result(result, out_dir / "kernels.json")
     if plot(result, out_dir / "kernels.png"):
         print(f"wrote {out_dir / 'kernels.png'}")
     return 0

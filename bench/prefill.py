@@ -9,7 +9,6 @@ Prefill tokens/s = batch x prompt / (time until every request has its first toke
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import tempfile
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
+
+from .output import device_name, write_result
 
 
 def _engine_run(llm, prompts) -> float:
@@ -86,11 +87,8 @@ def main(args) -> int:
                 lambda n=n: _batch_generator_run(bg_model, prompts, n), tokens, args.repeats
             )
     result = {"model": args.model or "random llama 1B (bf16)", "machine": platform.machine(),
-              "device": mx.device_info().get("device_name", str(mx.default_device())),
+              "device": device_name(),
               "batch": args.batch, "prompt_tokens": args.prompt, "repeats": args.repeats,
               "statistic": "median", "methods": methods}  # fmt: skip
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result(result, args.out)
     return 0

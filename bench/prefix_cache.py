@@ -4,10 +4,10 @@ paged path, median of `repeats` runs each."""
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
-from pathlib import Path
+
+from .output import write_result
 
 SYSTEM = (
     "You are a meticulous assistant for a public library. Follow the rules below. "
@@ -69,8 +69,5 @@ def main(args) -> int:
         f"warm): TTFT cold {row['cold_ttft_s']:.3f} s, warm {row['warm_ttft_s']:.3f} s, "
         f"{row['speedup']:.1f}x"
     )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(row, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_result(row, args.out)
     return 0

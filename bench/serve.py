@@ -12,7 +12,6 @@ state and not the first traces of new batch shapes; the offline engine gets the 
 
 from __future__ import annotations
 
-import json
 import platform
 import tempfile
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from .output import device_name, write_result
 from .serve_interference import measure
 from .serve_load import request_body, run_concurrency, run_rate, summarize
 from .serve_report import plot, print_table
@@ -33,7 +33,7 @@ def main(args) -> int:
         model = _model_path(args, Path(tmp))
         workload = _workload(model, args)
         result = {"model": args.model or ("random llama 1B" if args.random_llama else "SmolLM2"),
-                  "device": mx.device_info().get("device_name", str(mx.default_device())),
+                  "device": device_name(),
                   "mlx": mx.__version__, "machine": platform.machine(),
                   "workload": _describe(args), "servers": {}, "offline": {}}  # fmt: skip
         most = max([*args.concurrency, args.long_prompt_streams + 1 if args.long_prompt else 1])
@@ -48,10 +48,7 @@ def main(args) -> int:
         if not args.no_offline:
             result["offline"] = _offline(model, workload, args)
     print_table(result)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {out}")
+    out = write_result(result, args.out)
     plot(result, out.with_suffix(".png"))
     return 0
 

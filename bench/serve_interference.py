@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 
-from .serve_load import RequestRecord, _percentiles, stream_completion
+from .serve_load import RequestRecord, percentiles, stream_completion
 
 
 def measure(url: str, stream_bodies: list[dict], long_body: dict, timeout: float) -> dict:
@@ -47,5 +47,5 @@ def measure(url: str, stream_bodies: list[dict], long_body: dict, timeout: float
         for before, after in zip(r.event_times, r.event_times[1:]):
             (during if window[0] < after <= window[1] else outside).append(after - before)
     return {"streams": len(records), "long_prompt_tokens": long.prompt_tokens,
-            "long_prompt_ttft_ms": prefill_s * 1e3, "itl_during_ms": _percentiles(during),
-            "itl_outside_ms": _percentiles(outside), "gaps_during": len(during)}  # fmt: skip
+            "long_prompt_ttft_ms": prefill_s * 1e3, "itl_during_ms": percentiles(during),
+            "itl_outside_ms": percentiles(outside), "gaps_during": len(during)}  # fmt: skip

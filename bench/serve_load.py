@@ -132,7 +132,8 @@ def run_rate(url: str, bodies: list[dict], rate: float, timeout: float, seed: in
     return records, time.perf_counter() - tic
 
 
-def _percentiles(values: list[float], scale: float = 1e3) -> dict:
+def percentiles(values: list[float], scale: float = 1e3) -> dict:
+    """p50/p90/p99 of `values` times `scale` (seconds to ms by default); None when empty."""
     if not values:
         return {"p50": None, "p90": None, "p99": None}
     qs = statistics.quantiles(values, n=100, method="inclusive") if len(values) > 1 else values * 99
@@ -152,7 +153,7 @@ def summarize(records: list[RequestRecord], wall: float) -> dict:
         "output_tok_s": sum(r.output_tokens for r in ok) / wall if wall > 0 else 0.0,
         "mean_prompt_tokens": statistics.fmean(r.prompt_tokens for r in ok) if ok else 0.0,
         "wall_s": wall,
-        "ttft_ms": _percentiles([r.ttft for r in ok if r.ttft is not None]),
-        "itl_ms": _percentiles([x for r in ok for x in r.itls]),
-        "e2e_ms": _percentiles([r.latency for r in ok]),
+        "ttft_ms": percentiles([r.ttft for r in ok if r.ttft is not None]),
+        "itl_ms": percentiles([x for r in ok for x in r.itls]),
+        "e2e_ms": percentiles([r.latency for r in ok]),
     }

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .output import load_pyplot
+
 OURS = "mlx-paged"
 
 
@@ -57,13 +59,8 @@ def print_table(result: dict) -> None:
 
 def plot(result: dict, path: Path) -> bool:
     """Output tok/s and TTFT p50 per level, ours against the peer; False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install matplotlib)")
+    plt = load_pyplot()
+    if plt is None:
         return False
     if not any(result["servers"].values()):
         return False  # a long-prompt run only: nothing per level to draw

@@ -20,6 +20,7 @@ DEFAULT_PEER = (
 
 
 def free_port() -> int:
+    """A loopback port nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

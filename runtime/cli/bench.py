@@ -29,6 +29,12 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     _add_prefill(sub)
 
 
+def _add_random_llama_model(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model", default=None, help="model (default: a random ~1B llama built on the fly)"
+    )
+
+
 def _add_throughput(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("throughput", help="engine tokens/s vs mlx-lm's BatchGenerator")
     p.add_argument("--model", default=None, help="model (default: embedded SmolLM2)")
@@ -157,9 +163,7 @@ def _add_decode(sub: argparse._SubParsersAction) -> None:
         help="end-to-end decode tok/s at a large batch: paged + kernel, "
         "paged + reference, contiguous, BatchGenerator",
     )
-    p.add_argument(
-        "--model", default=None, help="model (default: a random ~1B llama built on the fly)"
-    )
+    _add_random_llama_model(p)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--prompt", type=int, default=2048, help="prompt tokens per sequence")
     p.add_argument("--new", type=int, default=128, help="new tokens per sequence")
@@ -238,9 +242,7 @@ def _add_prefill(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "prefill", help="prefill tok/s of uncached prompts: paged engine vs BatchGenerator"
     )
-    p.add_argument(
-        "--model", default=None, help="model (default: a random ~1B llama built on the fly)"
-    )
+    _add_random_llama_model(p)
     p.add_argument("--batch", type=int, default=64, help="prompts")
     p.add_argument("--prompt", type=int, default=512, help="tokens per prompt")
     p.add_argument(

@@ -34,8 +34,6 @@ class PagedAttentionMetadata:
         rope_in_attention: a decode step whose RoPE the attention kernel applies
             (`rope_fusion.py`): the model gets a `DeferredOffset`, and the attention hook writes
             the rotated keys.
-        starts_at_zero: every row's first query token is at position 0 (a prompt's first
-            chunk with no prefix-cache hit), so its attention needs only this forward's K/V.
         prefill_rows: per row of a prefill forward, (first position, tokens, the row's block
             table trimmed to its blocks): what lets attention read each row's exact context.
     """
@@ -46,8 +44,13 @@ class PagedAttentionMetadata:
     slot_mapping: tuple[mx.array, mx.array]
     num_query_tokens: int
     rope_in_attention: bool = False
-    starts_at_zero: bool = False
     prefill_rows: tuple[tuple[int, int, mx.array], ...] = ()
+
+    @property
+    def starts_at_zero(self) -> bool:
+        """Every row of a prefill forward starts at position 0 (a prompt's first chunk with no
+        prefix-cache hit), so its attention needs only this forward's K/V."""
+        return bool(self.prefill_rows) and not any(s for s, _, _ in self.prefill_rows)
 
     @property
     def query_positions(self) -> mx.array:

@@ -87,9 +87,11 @@ class LookaheadDecoder:
         tic = time.perf_counter()
         mx.eval(inputs, _present(current_logprobs))
         self.device_wait_seconds += time.perf_counter() - tic
-        outputs = zip(rows, inputs.tolist(), current_logprobs)
-        emitted, self.emitted_ids = self.emitted_ids, set()
-        return [RowOutput(r, t, lp) for r, t, lp in outputs if r.request_id not in emitted]
+        outputs = [RowOutput(r, t, lp) for r, t, lp in zip(rows, inputs.tolist(), current_logprobs)]
+        if self.emitted_ids:  # rare: first tokens `emit_pending` already handed out
+            outputs = [o for o in outputs if o.request.request_id not in self.emitted_ids]
+            self.emitted_ids.clear()
+        return outputs
 
     def emit_pending(self) -> list[RowOutput]:
         """Wait for the pending tokens (the first ones of rows that just started) and return

@@ -75,11 +75,13 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             offsets=input_array(starts),
             slot_mapping=split_slots(slots, bs),
             num_query_tokens=width,
-            starts_at_zero=not any(starts),
+            # Prefill only: a start forward (one token per row) attends like a decode step.
             prefill_rows=tuple(
                 (s, n, input_array(t[: -(-(s + n) // bs)]))
                 for t, s, n in zip(tables, starts, counts)
-            ),
+            )
+            if width > 1
+            else (),
         )
 
     def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:
