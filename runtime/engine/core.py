@@ -1,7 +1,9 @@
-"""The engine: one thread that owns every MLX object and runs the step loop.
+"""The engine core: one thread that owns every MLX object and runs the step loop.
 
-Other threads talk to it through `add_request` / `abort`, which only enqueue; the engine thread
-applies them between steps, so the scheduler and caches are never touched concurrently.
+Other threads talk to it through `submit` / `abort`, which only enqueue; the engine thread
+applies them between steps, so the scheduler and caches are never touched concurrently. Each
+step's token ids go to a sink as one list of `CoreOutput`s: in this process, an `OutputRouter`
+that detokenizes into request streams; in the engine process, the pipe to the front.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 import mlx.core as mx
 from mlx_lm.generate import generation_stream
@@ -17,13 +20,14 @@ from mlx_lm.generate import generation_stream
 from mlx_paged.engine.config import EngineConfig
 from mlx_paged.engine.fault_isolation import SamplingCheck
 from mlx_paged.engine.metrics import EngineMetrics
-from mlx_paged.engine.output_processor import OutputProcessor
-from mlx_paged.engine.outputs import RequestOutput
+from mlx_paged.engine.output_router import OutputRouter
+from mlx_paged.engine.outputs import CoreOutput
 from mlx_paged.engine.request import Request, RequestStatus
-from mlx_paged.engine.request_checks import context_length, fit_request
+from mlx_paged.engine.request_checks import RequestLimits, context_length
 from mlx_paged.engine.request_stream import RequestStream
 from mlx_paged.engine.scheduler import Scheduler
 from mlx_paged.engine.step_recovery import StepRecovery
+from mlx_paged.engine.stop_checker import StopChecker
 from mlx_paged.kv.paged_setup import build_paged_path
 from mlx_paged.runner.contiguous_runner import ContiguousRunner
 from mlx_paged.sampling.sampler import make_row_sampling
@@ -40,9 +44,18 @@ class Engine(StepRecovery):
         tokenizer: its mlx-lm `TokenizerWrapper`.
         config: engine knobs.
         model_config: the model's config.json contents (for the context length).
+        sink: receives each step's `CoreOutput`s on the engine thread; None routes them to
+            the streams `add_request` returns, detokenized in this process.
     """
 
-    def __init__(self, model, tokenizer, config: EngineConfig, model_config: dict | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        config: EngineConfig,
+        model_config: dict | None = None,
+        sink: Callable[[list[CoreOutput]], None] | None = None,
+    ):
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
@@ -70,21 +83,32 @@ class Engine(StepRecovery):
             max_num_batched_tokens=config.max_num_batched_tokens,
             kv=self.kv,
         )
-        self.outputs = OutputProcessor(tokenizer)
+        self.stop_checker = StopChecker(tokenizer.eos_token_ids)
+        self.router = OutputRouter(tokenizer, self.abort) if sink is None else None
+        self._sink = sink or self.router.route
         self.metrics = EngineMetrics()
         self._xtc_special = tuple(tokenizer.encode("\n")) + tuple(sorted(tokenizer.eos_token_ids))
         logits = model(mx.array([[0]]))  # no cache: only the logits' width and dtype matter
         # Token ids index both the tokenizer and the logits: the smaller bounds them.
-        self.vocab_size = min(len(tokenizer), logits.shape[-1])
+        self.limits = RequestLimits(
+            vocab_size=min(len(tokenizer), logits.shape[-1]),
+            max_model_len=self.max_model_len,
+            pool_tokens=None if self.kv is None else self._pool_tokens(),
+            pool_flag="--num-blocks" if config.num_blocks else "--kv-budget",
+        )
         self._check_sampling = SamplingCheck(logits.shape[-1], logits.dtype, self._xtc_special)
         self.failed_steps_in_a_row = 0
         self.last_step_error: str | None = None
-        self._streams: dict[str, RequestStream] = {}
+        self._requests: dict[str, Request] = {}  # submitted and not finished, by id
         self._inbox: queue.Queue[tuple] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
         self._stream = generation_stream  # callers that drive `step` themselves use mlx-lm's
         self.error: BaseException | None = None
+
+    def _pool_tokens(self) -> int:
+        # Admission keeps one block spare, so a request may use all but one.
+        return (self.kv.block_pool.num_usable_blocks - 1) * self.kv.block_size
 
     # ---- called from any thread -------------------------------------------------------------
 
@@ -94,34 +118,31 @@ class Engine(StepRecovery):
         """Validate a request against the model; may shorten a default `max_tokens` to fit.
 
         Raises:
-            InvalidRequestError: empty or too-long prompt, `max_tokens` beyond the context, bad
-                ids or sampling parameters out of range (see `request_checks.fit_request`).
+            InvalidRequestError: see `RequestLimits.fit`.
         """
-        return fit_request(
-            prompt_token_ids,
-            params,
-            max_tokens_explicit,
-            vocab_size=self.vocab_size,
-            max_model_len=self.max_model_len,
-            kv=self.kv,
-            pool_flag="--num-blocks" if self.config.num_blocks else "--kv-budget",
-        )
+        return self.limits.fit(prompt_token_ids, params, max_tokens_explicit)
 
     def add_request(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
     ) -> RequestStream:
-        """Queue a request; the returned stream yields its output increments."""
+        """Queue a request; the returned stream yields its output increments (text included)."""
+        if self.router is None:
+            raise RuntimeError("this engine sends its outputs to a sink: use submit()")
         request = Request(list(prompt_token_ids), params)
         if request_id is not None:
             request.request_id = request_id
-        stream = RequestStream(self, request)
-        # Registered at once, so shutdown can end it even while the engine is inside a step.
-        self._streams[request.request_id] = stream
-        self._inbox.put(("add", stream))
+        stream = self.router.open(request.request_id, params, request)
+        self.submit(request)
         return stream
 
-    def abort(self, request_id: str) -> None:
-        self._inbox.put(("abort", request_id))
+    def submit(self, request: Request) -> None:
+        """Queue a request whose outputs go to the sink."""
+        self._inbox.put(("add", request))
+
+    def abort(self, request_id: str, reason: str = "abort") -> None:
+        """End a request: "abort" (cancelled; an abort output is sent), "stop" (a stop string
+        matched in the front) or "error" (its text failed in the front)."""
+        self._inbox.put(("abort", request_id, reason))
 
     def start(self) -> None:
         """Run the step loop on a background thread."""
@@ -146,8 +167,8 @@ class Engine(StepRecovery):
     def fail_open_streams(self, message: str) -> None:
         """End every open stream with an error, from any thread, without waiting for the engine
         thread (it may be inside a long step)."""
-        for stream in list(self._streams.copy().values()):
-            stream.fail(message)
+        if self.router is not None:
+            self.router.fail_all(message)
 
     # ---- engine thread ----------------------------------------------------------------------
 
@@ -182,28 +203,31 @@ class Engine(StepRecovery):
 
     def _apply(self, item: tuple) -> None:
         if item[0] == "add":
-            stream = item[1]
-            self.metrics.requests_total += 1
-            try:
-                self._check_sampling(stream.request.sampling_params)
-            except Exception as exc:  # its sampling would throw inside a shared step
-                logger.warning(
-                    "request %s refused: its sampling failed: %s", stream.request_id, exc
-                )
-                self.metrics.count_finish("error")
-                self._streams.pop(stream.request_id, None)
-                stream.fail(f"sampling failed for this request's parameters: {exc}")
-                return
-            self.scheduler.add_request(stream.request)
+            self._add(item[1])
         elif item[0] == "abort_waiting":
             for req in list(self.scheduler.waiting):
                 self._fail(req, item[1])
         elif item[0] == "abort":
-            stream = self._streams.get(item[1])
-            if stream is not None:
-                self._finish([stream.request], RequestStatus.FINISHED_ABORTED)
-                self.metrics.count_finish("abort")
-                stream.queue.put(RequestOutput(item[1], finish_reason="abort"))
+            req = self._requests.get(item[1])
+            if req is not None:
+                reason = item[2]
+                self._finish([req], _ABORT_STATUS[reason])
+                self.metrics.count_finish(reason)
+                if reason == "abort":
+                    self._sink([CoreOutput(req.request_id, finish_reason="abort")])
+
+    def _add(self, request: Request) -> None:
+        self.metrics.requests_total += 1
+        try:
+            self._check_sampling(request.sampling_params)
+        except Exception as exc:  # its sampling would throw inside a shared step
+            logger.warning("request %s refused: its sampling failed: %s", request.request_id, exc)
+            self.metrics.count_finish("error")
+            message = f"sampling failed for this request's parameters: {exc}"
+            self._sink([CoreOutput(request.request_id, finish_reason="error", error=message)])
+            return
+        self._requests[request.request_id] = request
+        self.scheduler.add_request(request)
 
     def drain_inbox(self) -> None:
         """Apply queued adds and aborts now (for callers that drive `step` themselves)."""
@@ -241,23 +265,25 @@ class Engine(StepRecovery):
                 # Nothing else decodes, so no overlap is lost: first tokens go out now.
                 self._deliver(self.runner.emit_pending())
 
-    def _deliver(self, outputs) -> None:
-        """Hand each row's token to its request's stream; retire the finished ones."""
-        finished, failed = [], []
-        for row in outputs:
+    def _deliver(self, rows) -> None:
+        """Send each row's token to the sink in one batch; retire the finished requests."""
+        outputs, finished, failed = [], [], []
+        for row in rows:
             try:
-                out = self.outputs.process(row.request, row.token, row.logprobs)
-            except Exception as exc:  # this row's text or logprobs: it fails alone
+                out = self.stop_checker.process(row.request, row.token, row.logprobs)
+            except Exception as exc:  # this row's logprobs: it fails alone
                 logger.exception("output processing failed for %s", row.request.request_id)
                 failed.append((row.request, f"output processing failed: {exc}"))
                 continue
-            self._streams[row.request.request_id].queue.put(out)
-            self.metrics.generation_tokens_total += 1
-            if out.finished:
+            outputs.append(out)
+            if out.finish_reason is not None:
                 finished.append(row.request)
                 self.metrics.count_finish(out.finish_reason)
+        self.metrics.generation_tokens_total += len(outputs)
         if finished:
             self._finish(finished)
+        if outputs:
+            self._sink(outputs)
         for req, message in failed:
             self._fail(req, message)
 
@@ -270,7 +296,6 @@ class Engine(StepRecovery):
             params, req.all_token_ids[:-1], self._xtc_special
         )
         if not resumed:
-            self.outputs.add(req)
             self.metrics.prefix_cache_hit_tokens_total += req.num_cached_tokens
 
     def _finish(self, reqs: list[Request], status: RequestStatus | None = None) -> None:
@@ -279,17 +304,21 @@ class Engine(StepRecovery):
         for req in reqs:
             by_reason = RequestStatus.FINISHED_STOPPED if req.finish_reason == "stop" else None
             self.scheduler.finish(req, status or by_reason or RequestStatus.FINISHED_LENGTH)
-            self.outputs.drop(req)
-            self._streams.pop(req.request_id, None)
+            self._requests.pop(req.request_id, None)
         self.runner.remove(reqs)
 
     def _fail(self, req: Request, message: str) -> None:
-        stream = self._streams.get(req.request_id)
         self._finish([req], RequestStatus.FINISHED_ERROR)
         self.metrics.count_finish("error")
-        if stream is not None:
-            stream.queue.put(RequestOutput(req.request_id, finish_reason="error", error=message))
+        self._sink([CoreOutput(req.request_id, finish_reason="error", error=message)])
 
     def _abort_all(self, message: str) -> None:
-        for stream in list(self._streams.values()):
-            self._fail(stream.request, message)
+        for req in list(self._requests.values()):
+            self._fail(req, message)
+
+
+_ABORT_STATUS = {
+    "abort": RequestStatus.FINISHED_ABORTED,
+    "stop": RequestStatus.FINISHED_STOPPED,
+    "error": RequestStatus.FINISHED_ERROR,
+}

@@ -36,3 +36,22 @@ class RequestOutput:
     @property
     def finished(self) -> bool:
         return self.finish_reason is not None
+
+
+@dataclass(slots=True)
+class CoreOutput:
+    """What the engine core sends for one request per step: token ids only, no text.
+
+    `token_id` is None when the step emitted no token (a stop token, an abort, an error).
+    `logprob` and `top_logprobs` ((id, logprob) pairs) are set when the request asked for them.
+    """
+
+    request_id: str
+    token_id: int | None = None
+    finish_reason: str | None = None
+    logprob: float | None = None
+    top_logprobs: list[tuple[int, float]] = field(default_factory=list)
+    num_prompt_tokens: int = 0
+    num_generated_tokens: int = 0
+    num_cached_tokens: int = 0
+    error: str | None = None

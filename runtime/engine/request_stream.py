@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 import queue
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from mlx_paged.engine.outputs import RequestOutput
 from mlx_paged.engine.request import Request
 
-if TYPE_CHECKING:
-    from mlx_paged.engine.core import Engine
-
 
 class RequestStream:
-    """Iterate (or `get`) to receive `RequestOutput` increments; the last one is `finished`."""
+    """Iterate (or `get`) to receive `RequestOutput` increments; the last one is `finished`.
 
-    def __init__(self, engine: Engine, request: Request):
-        self.engine = engine
+    `request` is the engine's own `Request` when the engine runs in this process (offline use
+    and tests look at it), None when it runs in the engine process.
+    """
+
+    def __init__(self, request_id: str, cancel: Callable[[], None], request: Request | None = None):
+        self.request_id = request_id
         self.request = request
+        self._cancel = cancel
         self.queue: queue.Queue[RequestOutput] = queue.Queue()
-
-    @property
-    def request_id(self) -> str:
-        return self.request.request_id
 
     def get(self, timeout: float | None = None) -> RequestOutput:
         return self.queue.get(timeout=timeout)
@@ -36,9 +34,9 @@ class RequestStream:
 
     def cancel(self) -> None:
         """Stop generating and free the request's cache (used when a client goes away)."""
-        self.engine.abort(self.request_id)
+        self._cancel()
 
     def fail(self, message: str) -> None:
-        """End the stream with an error from outside the engine thread (shutdown while a step
-        runs); anything the engine sends after this is never read."""
+        """End the stream with an error from outside the engine (shutdown while a step runs,
+        the engine process gone); anything the engine sends after this is never read."""
         self.queue.put(RequestOutput(self.request_id, finish_reason="error", error=message))
