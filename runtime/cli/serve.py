@@ -1,4 +1,4 @@
-"""`mlx-paged serve`: load the model, start the engine thread, serve HTTP until a signal."""
+"""`mlx-paged serve`: start the engine process, serve HTTP until a signal."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def resolve_api_key(args: argparse.Namespace) -> str | None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    """Load the model, start the engine thread and serve HTTP until a signal arrives."""
+    """Start the engine process (it loads the model) and serve HTTP until a signal arrives."""
     from mlx_paged.server.lifecycle import serve_until_signal
     from mlx_paged.server.listener import make_server
     from mlx_paged.server.state import ServerState
@@ -68,8 +68,8 @@ def serve(args: argparse.Namespace) -> int:
         server = make_server(state, args.host, args.port)
     except OSError as exc:
         logger.error("cannot bind %s:%d: %s", args.host, args.port, exc)
+        engine.shutdown(timeout=5)
         return 1
-    engine.start()
     host, port = server.server_address[:2]
     logger.info(
         "serving %s on http://%s:%d (kv path: %s)",
@@ -103,22 +103,25 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
 
 
 def _start_engine(args: argparse.Namespace):
-    """(engine, model id) for the serve flags, or an exit code after logging why the model
-    cannot be served."""
-    from mlx_paged.engine.core import Engine
-    from mlx_paged.models.loader import load_model
+    """(engine client, model id) for the serve flags, or an exit code after logging why the
+    model cannot be served. The tokenizer loads here; the weights in the engine process."""
+    from mlx_paged.engine.core_client import EngineClient, EngineStartError
+    from mlx_paged.engine.core_process import EngineProcessSpec
+    from mlx_paged.models.loader import load_front
 
     config = engine_config(args)
     try:
-        model, tokenizer, model_id, model_config = load_model(args.model, args.chat_template)
+        tokenizer, model_id, _, path = load_front(args.model, args.chat_template)
     except (RuntimeError, ValueError, OSError) as exc:
         logger.error("could not load the model: %s", exc)
         return 1
+    spec = EngineProcessSpec(path, args.chat_template, config, args.log_level)
+    engine = EngineClient(spec, tokenizer)
     try:
-        engine = Engine(model, tokenizer, config, model_config)
-    except ValueError as exc:  # a model the paged path cannot serve, or a pool too small
+        engine.start()
+    except EngineStartError as exc:
         logger.error("%s", exc)
-        return 2
+        return exc.exit_code
     return engine, model_id
 
 

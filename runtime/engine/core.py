@@ -102,6 +102,7 @@ class Engine(StepRecovery):
         self._requests: dict[str, Request] = {}  # submitted and not finished, by id
         self._inbox: queue.Queue[tuple] = queue.Queue()
         self._thread: threading.Thread | None = None
+        self._running = False
         self._stopping = threading.Event()
         self._stream = generation_stream  # callers that drive `step` themselves use mlx-lm's
         self.error: BaseException | None = None
@@ -146,7 +147,8 @@ class Engine(StepRecovery):
 
     def start(self) -> None:
         """Run the step loop on a background thread."""
-        self._thread = threading.Thread(target=self._loop, name="mlx-paged-engine", daemon=True)
+        self._running = True  # healthy from now, not from when the thread first runs
+        self._thread = threading.Thread(target=self.run_loop, name="mlx-paged-engine", daemon=True)
         self._thread.start()
 
     def shutdown(self, timeout: float = 30.0) -> None:
@@ -158,7 +160,7 @@ class Engine(StepRecovery):
 
     @property
     def is_alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive() and self.error is None
+        return self._running and self.error is None
 
     def abort_waiting(self, message: str) -> None:
         """Fail every request not yet admitted (shutdown: they would not finish in time)."""
@@ -172,7 +174,9 @@ class Engine(StepRecovery):
 
     # ---- engine thread ----------------------------------------------------------------------
 
-    def _loop(self) -> None:
+    def run_loop(self) -> None:
+        """The step loop, on the calling thread, until `shutdown` (what `start` runs)."""
+        self._running = True
         # A stream of the engine thread's own: MLX's thread-local streams abort the process
         # at exit when their thread has ended first.
         self._stream = mx.new_stream(mx.default_device())
@@ -187,6 +191,7 @@ class Engine(StepRecovery):
             self.error = exc
             self._abort_all(f"engine failure: {exc}")
         finally:
+            self._running = False
             mx.synchronize(self._stream)
 
     def _drain_inbox(self, block: bool) -> None:

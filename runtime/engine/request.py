@@ -13,6 +13,11 @@ from mlx_paged.sampling.sampling_params import SamplingParams
 _ids = itertools.count()
 
 
+def next_request_id() -> str:
+    """A new request id, unique in this process."""
+    return f"req-{next(_ids)}"
+
+
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
     PREFILLING = "prefilling"
@@ -37,7 +42,7 @@ class Request:
 
     prompt_token_ids: list[int]
     sampling_params: SamplingParams
-    request_id: str = field(default_factory=lambda: f"req-{next(_ids)}")
+    request_id: str = field(default_factory=next_request_id)
     arrival_time: float = field(default_factory=time.monotonic)
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0

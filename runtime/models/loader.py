@@ -39,3 +39,21 @@ def load_model(model: str | None, chat_template: str | None = None):
     tokenizer_config = {"chat_template": chat_template} if chat_template else None
     loaded, tokenizer, config = load(source, tokenizer_config=tokenizer_config, return_config=True)
     return loaded, tokenizer, model_id, config
+
+
+def load_front(model: str | None, chat_template: str | None = None):
+    """What the front process needs without the weights: (tokenizer, model_id, config, path).
+
+    `path` is the local folder (a hub name is downloaded first), for the engine process to
+    load the weights from.
+    """
+    from mlx_lm.utils import _download, load_config, load_tokenizer  # `load`'s own steps
+
+    source, model_id = resolve_model(model)
+    path = _download(source)
+    config = load_config(path)
+    tokenizer_config = {"chat_template": chat_template} if chat_template else None
+    tokenizer = load_tokenizer(
+        path, tokenizer_config, eos_token_ids=config.get("eos_token_id", None)
+    )
+    return tokenizer, model_id, config, str(path)

@@ -1,5 +1,5 @@
 """The HTTP front end: stdlib `ThreadingHTTPServer`, one thread per connection, feeding the
-engine thread through `Engine.add_request`.
+engine process through `EngineClient.add_request`.
 
 Every reply is OpenAI-shaped JSON, the stdlib's own refusals (bad request lines, oversized
 headers, unknown methods) included; an exception in a handler becomes a logged 500, never a
@@ -13,7 +13,6 @@ import json
 import logging
 from http.server import BaseHTTPRequestHandler
 
-from mlx_paged.engine.metrics import render_prometheus
 from mlx_paged.errors import InvalidRequestError
 from mlx_paged.server.generation import GenerationMixin
 from mlx_paged.server.request_body import content_length, parse_json_body, read_exactly
@@ -224,7 +223,7 @@ class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
         elif path == "/metrics":
             if self._authorized():
                 self._send_bytes(
-                    200, render_prometheus(self.state.engine).encode(), "text/plain; version=0.0.4"
+                    200, self.state.engine.metrics_text().encode(), "text/plain; version=0.0.4"
                 )
         elif path in ("/v1/models", f"/v1/models/{self.state.model_id}"):
             if self._authorized():

@@ -6,7 +6,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from mlx_paged.engine.core import Engine
+from mlx_paged.engine.core_client import EngineClient
 from mlx_paged.server.connections import ConnectionGuard
 
 
@@ -14,7 +14,7 @@ from mlx_paged.server.connections import ConnectionGuard
 class ServerState:
     """What every handler thread shares."""
 
-    engine: Engine
+    engine: EngineClient
     model_id: str
     model_aliases: set[str]
     defaults: dict
