@@ -82,6 +82,7 @@ class Engine(StepRecovery):
             prefill_step_size=config.prefill_step_size,
             max_num_batched_tokens=config.max_num_batched_tokens,
             kv=self.kv,
+            prefill_align=self.runner.pool.prefill_align if self.kv is not None else 1,
         )
         self.stop_checker = StopChecker(tokenizer.eos_token_ids)
         self.router = OutputRouter(tokenizer, self.abort) if sink is None else None

@@ -71,6 +71,8 @@ class Scheduler:
             `max_num_seqs`, so prompts always progress.
         kv: the paged KV path's admission and allocation (None: the contiguous path, which
             admits anything).
+        prefill_align: chunks the budget cuts end on multiples of this (the pool's
+            `prefill_align`).
     """
 
     def __init__(
@@ -81,6 +83,7 @@ class Scheduler:
         prefill_step_size: int = 2048,
         max_num_batched_tokens: int | None = None,
         kv: KVSpace | None = None,
+        prefill_align: int = 1,
     ):
         if min(max_num_seqs, max_num_prefill_seqs, prefill_step_size) < 1:
             raise ValueError(
@@ -94,6 +97,7 @@ class Scheduler:
                 f"concurrency ({self.max_num_seqs}), so every step has room for prompt tokens"
             )
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.prefill_align = prefill_align
         self.max_num_prefill_seqs = max_num_prefill_seqs
         self.prefill_step_size = prefill_step_size
         self.kv = kv
@@ -209,13 +213,22 @@ class Scheduler:
             # The last prompt token is kept back: it runs in its own "start" forward.
             n = min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
             if budget is not None:
-                n = min(n, budget)
+                n = self._cut_to_budget(req.num_computed_tokens, n, budget, not out.prefill)
                 if n < 1:
                     break  # the step is full: the rest wait for the next one, in order
                 budget -= n
             req.num_computed_tokens += n
             out.prefill.append((req, n))
         return out
+
+    def _cut_to_budget(self, start: int, n: int, budget: int, first: bool) -> int:
+        """A chunk the budget cuts short ends on a multiple of `prefill_align`, so the next
+        chunk's offset (an attention shape) repeats; unaligned only when it would get no
+        tokens and is the step's first, so prompts always progress."""
+        if n <= budget:
+            return n
+        end = (start + budget) // self.prefill_align * self.prefill_align
+        return end - start if end > start else (budget if first else 0)
 
     def finish(self, request: Request, status: RequestStatus) -> None:
         """Retire a request (finished, aborted or failed) from whichever queue holds it."""

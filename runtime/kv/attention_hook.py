@@ -99,7 +99,7 @@ def paged_scaled_dot_product_attention(
             )
         if phase == "prefill" and _causal_rows_suffice(meta, window, sinks):
             pool.attention_calls["causal_rows", phase] += 1
-            return _causal_per_row(queries, cache, scale)
+            return _causal_per_row(queries, cache, scale, pool.prefill_align)
         pool.attention_calls["reference", phase] += 1
         return paged_attention_reference(
             queries,
@@ -129,15 +129,23 @@ def _causal_rows_suffice(meta, window: int | None, sinks) -> bool:
     return bool(meta.prefill_rows) and sinks is None and (window is None or window >= longest)
 
 
-def _causal_per_row(queries: mx.array, cache, scale: float) -> mx.array:
-    """Each row's valid queries over its own gathered context, with MLX's causal SDPA (which
-    aligns the queries to the end of the keys); padding queries get zeros."""
+def _causal_per_row(queries: mx.array, cache, scale: float, align: int) -> mx.array:
+    """Each row's queries over its own gathered context, with MLX's causal SDPA (which aligns
+    the queries to the end of the keys).
+
+    A row's queries and keys are padded alike, to a multiple of `align` queries: the end
+    alignment keeps the padded keys out of the real queries' view, and the shapes repeat.
+    """
     width = queries.shape[2]
     outs = []
     for row, (start, count, table) in enumerate(cache.metadata.prefill_rows):
+        count = min(-(-count // align) * align, width)
         total = start + count
         keys = gather_pages(cache.k_pages, table[None])[:, :, :total]
         values = gather_pages(cache.v_pages, table[None])[:, :, :total]
+        if keys.shape[2] < total:  # the padding reaches past the row's last block
+            room = ((0, 0), (0, 0), (0, total - keys.shape[2]), (0, 0))
+            keys, values = mx.pad(keys, room), mx.pad(values, room)
         out = mx.fast.scaled_dot_product_attention(
             queries[row : row + 1, :, :count], keys, values, scale=scale, mask="causal"
         )

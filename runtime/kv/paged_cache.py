@@ -75,6 +75,9 @@ class PagedKVPool:
         self.page_shape, self.dtype = shape, dtype
         # Set by the paged setup: "metal"/"cuda" when decode runs the generated kernel.
         self.decode_backend: str | None = None
+        # Prefill widths and chunk ends are rounded up to multiples of this, so attention
+        # shapes repeat: MLX's CUDA SDPA builds a cuDNN graph (~70 ms) per new shape. 1: off.
+        self.prefill_align = 1
         # (path, phase) -> attention calls, one per layer per forward; shown in /metrics.
         self.attention_calls: Counter = Counter()
         # The fused split-K kernel's partition counters, handed from call to call.

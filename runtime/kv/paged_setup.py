@@ -15,6 +15,9 @@ from mlx_paged.kv.paged_cache import PagedKVPool
 from mlx_paged.models.weight_views import cache_weight_views
 from mlx_paged.runner.paged_runner import PagedRunner
 
+# Prefill shapes on CUDA come in steps of this many tokens (see `PagedKVPool.prefill_align`).
+CUDA_PREFILL_ALIGN = 64
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_FRACTION = 0.10
@@ -148,6 +151,8 @@ def build_paged_path(
     pool = PagedKVPool(layout.num_layers, num_blocks, block_size, layout.num_kv_heads,
                        layout.head_dim, layout.dtype)  # fmt: skip
     pool.decode_backend = select_decode_kernel(layout, block_size, paged_attention)
+    if mx.default_device() == mx.gpu and mx.cuda.is_available():
+        pool.prefill_align = CUDA_PREFILL_ALIGN
     rope = enable_fused_rope(model, layout, pool, fused_rope)
     if pool.decode_backend is not None:
         warm_up_kernels(pool.decode_backend, layout, block_size, rope)

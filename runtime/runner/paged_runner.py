@@ -58,12 +58,11 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         return (pool.num_usable_blocks - pool.num_free_blocks) * self.pool.nbytes // pool.num_blocks
 
     def _metadata(
-        self, rows: list[Request], starts: list[int], counts: list[int]
+        self, rows: list[Request], starts: list[int], counts: list[int], width: int = 1
     ) -> PagedAttentionMetadata:
-        """Rows writing `counts[b]` tokens from position `starts[b]`, padded to the longest."""
+        """Rows writing `counts[b]` tokens from position `starts[b]`, padded to `width`."""
         bs = self.pool.block_size
         tables = [self.kv.get_block_ids(r) for r in rows]
-        width = max(counts)
         max_blocks = max(len(t) for t in tables)
         slots = []
         for table, start, n in zip(tables, starts, counts):
@@ -143,7 +142,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         moved = {id(r) for r in rows}
         self.prompt_rows = [r for r in self.prompt_rows if id(r) not in moved]
         inputs = mx.array([r.all_token_ids[-1] for r in rows])
-        meta = self._metadata(rows, [r.num_computed_tokens - 1 for r in rows], [1] * len(rows))
+        meta = self._metadata(rows, [r.num_computed_tokens - 1 for r in rows], [1] * len(rows), 1)
         self.start_rows(rows, self._forward(inputs[:, None], meta)[:, -1, :], inputs)
         for r in rows:
             self.kv.cache_blocks(r, r.num_computed_tokens)
@@ -152,14 +151,15 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         rows = [r for r, _ in prefill]
         counts = [n for _, n in prefill]
         starts = [r.num_computed_tokens - n for r, n in prefill]
-        width = max(counts)
+        align = self.pool.prefill_align
+        width = -(-max(counts) // align) * align
         tokens = mx.array(
             [
                 r.all_token_ids[s : s + n] + [0] * (width - n)
                 for r, s, n in zip(rows, starts, counts)
             ]
         )
-        self._forward(tokens, self._metadata(rows, starts, counts))
+        self._forward(tokens, self._metadata(rows, starts, counts, width))
         mx.eval(self.pool.k_pages, self.pool.v_pages)
         for r in rows:
             self.kv.cache_blocks(r, r.num_computed_tokens)

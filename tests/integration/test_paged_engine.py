@@ -98,6 +98,39 @@ def test_token_budget_chunks_a_long_prompt_between_decode_steps(tiny_model_dir):
     assert_pool_full(llm)
 
 
+def test_aligned_prefill_shapes_give_the_same_tokens(tiny_model_dir):
+    """With `prefill_align` (on by default on CUDA only), forward widths and budget-cut chunk
+    ends are multiples of it, and the tokens stay mlx-lm's."""
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
+              max_num_seqs=6, max_num_batched_tokens=21)  # fmt: skip
+    engine = llm.engine
+    engine.runner.pool.prefill_align = engine.scheduler.prefill_align = 8
+    widths, steps = [], []
+    forward, schedule_prompts = engine.runner._forward, engine.scheduler.schedule_prompts
+
+    def recorded_forward(tokens, meta):
+        widths.append(tokens.shape[1])
+        return forward(tokens, meta)
+
+    def recorded_schedule(num_decode_rows):
+        plan = schedule_prompts(num_decode_rows)
+        steps.append([(r.num_computed_tokens, r.num_prefill_tokens) for r, _ in plan.prefill])
+        return plan
+
+    engine.runner._forward, engine.scheduler.schedule_prompts = recorded_forward, recorded_schedule
+    prompts = [llm.tokenizer.encode(t) for t in [*TEXTS, " ".join(TEXTS * 4)]]
+    eos = llm.tokenizer.eos_token_id
+    sampling = [SamplingParams(max_tokens=m, logit_bias={eos: -100}) for m in [*MAX_TOKENS, 6]]
+    for prompt, p, r in zip(prompts, sampling, llm.generate(prompts, sampling)):
+        assert r.token_ids == reference(llm, prompt, p.max_tokens)
+    assert {w % 8 for w in widths if w > 1} == {0}
+    # A chunk cut short (not its prompt's last) ends aligned, unless it is its step's only one.
+    cut = [end for chunks in steps for end, total in chunks if end < total - 1]
+    unaligned = [c for c in steps for end, total in c if end < total - 1 and end % 8]
+    assert len(cut) > 4 and all(len(chunks) == 1 for chunks in unaligned)
+    assert engine.metrics.prompt_tokens_total == sum(len(p) for p in prompts)
+
+
 @pytest.mark.parametrize("compile_decode", ["off", "on"], ids=["eager", "compiled"])
 def test_next_turn_hits_the_previous_prompt_and_answer(tiny_model_dir, compile_decode):
     path = str(tiny_model_dir("llama"))

@@ -148,3 +148,11 @@ def test_token_budget_chunks_prompts_between_decode_rows():
 def test_token_budget_must_leave_room_for_prompts():
     with pytest.raises(ValueError, match="must exceed the decode concurrency"):
         Scheduler(max_num_seqs=8, max_num_batched_tokens=8)
+
+
+def test_a_chunk_the_budget_cuts_ends_on_an_aligned_position():
+    s = Scheduler(max_num_seqs=4, max_num_batched_tokens=64, prefill_align=8)
+    assert s._cut_to_budget(5, 100, 20, first=False) == 19  # ends at 24
+    assert s._cut_to_budget(5, 10, 20, first=False) == 10  # fits: not cut
+    assert s._cut_to_budget(0, 100, 4, first=False) == 0  # waits for the next step
+    assert s._cut_to_budget(0, 100, 4, first=True) == 4  # but the step's first progresses
