@@ -19,6 +19,7 @@ from mlx_lm.generate import generation_stream
 
 from mlx_paged.engine.config import EngineConfig
 from mlx_paged.engine.fault_isolation import SamplingCheck
+from mlx_paged.engine.inbox import EngineInbox
 from mlx_paged.engine.metrics import EngineMetrics
 from mlx_paged.engine.output_router import OutputRouter
 from mlx_paged.engine.outputs import CoreOutput
@@ -36,7 +37,7 @@ from mlx_paged.sampling.sampling_params import SamplingParams
 logger = logging.getLogger(__name__)
 
 
-class Engine(StepRecovery):
+class Engine(EngineInbox, StepRecovery):
     """Continuous-batching engine over one model.
 
     Args:
@@ -137,15 +138,6 @@ class Engine(StepRecovery):
         self.submit(request)
         return stream
 
-    def submit(self, request: Request) -> None:
-        """Queue a request whose outputs go to the sink."""
-        self._inbox.put(("add", request))
-
-    def abort(self, request_id: str, reason: str = "abort") -> None:
-        """End a request: "abort" (cancelled; an abort output is sent), "stop" (a stop string
-        matched in the front) or "error" (its text failed in the front)."""
-        self._inbox.put(("abort", request_id, reason))
-
     def start(self) -> None:
         """Run the step loop on a background thread."""
         self._running = True  # healthy from now, not from when the thread first runs
@@ -162,10 +154,6 @@ class Engine(StepRecovery):
     @property
     def is_alive(self) -> bool:
         return self._running and self.error is None
-
-    def abort_waiting(self, message: str) -> None:
-        """Fail every request not yet admitted (shutdown: they would not finish in time)."""
-        self._inbox.put(("abort_waiting", message))
 
     def fail_open_streams(self, message: str) -> None:
         """End every open stream with an error, from any thread, without waiting for the engine
@@ -194,50 +182,6 @@ class Engine(StepRecovery):
         finally:
             self._running = False
             mx.synchronize(self._stream)
-
-    def _drain_inbox(self, block: bool) -> None:
-        try:
-            item = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
-        except queue.Empty:
-            return
-        while True:
-            self._apply(item)
-            try:
-                item = self._inbox.get_nowait()
-            except queue.Empty:
-                return
-
-    def _apply(self, item: tuple) -> None:
-        if item[0] == "add":
-            self._add(item[1])
-        elif item[0] == "abort_waiting":
-            for req in list(self.scheduler.waiting):
-                self._fail(req, item[1])
-        elif item[0] == "abort":
-            req = self._requests.get(item[1])
-            if req is not None:
-                reason = item[2]
-                self._finish([req], _ABORT_STATUS[reason])
-                self.metrics.count_finish(reason)
-                if reason == "abort":
-                    self._sink([CoreOutput(req.request_id, finish_reason="abort")])
-
-    def _add(self, request: Request) -> None:
-        self.metrics.requests_total += 1
-        try:
-            self._check_sampling(request.sampling_params)
-        except Exception as exc:  # its sampling would throw inside a shared step
-            logger.warning("request %s refused: its sampling failed: %s", request.request_id, exc)
-            self.metrics.count_finish("error")
-            message = f"sampling failed for this request's parameters: {exc}"
-            self._sink([CoreOutput(request.request_id, finish_reason="error", error=message)])
-            return
-        self._requests[request.request_id] = request
-        self.scheduler.add_request(request)
-
-    def drain_inbox(self) -> None:
-        """Apply queued adds and aborts now (for callers that drive `step` themselves)."""
-        self._drain_inbox(block=False)
 
     def step(self) -> None:
         """One continuous-batching step: decode the running rows, then the prompt work."""
@@ -321,10 +265,3 @@ class Engine(StepRecovery):
     def _abort_all(self, message: str) -> None:
         for req in list(self._requests.values()):
             self._fail(req, message)
-
-
-_ABORT_STATUS = {
-    "abort": RequestStatus.FINISHED_ABORTED,
-    "stop": RequestStatus.FINISHED_STOPPED,
-    "error": RequestStatus.FINISHED_ERROR,
-}
