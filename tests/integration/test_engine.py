@@ -37,10 +37,17 @@ def test_stop_string_truncates_text_and_finishes(llm):
     full = llm.generate("hello world", no_eos(llm, max_tokens=24))[0]
     assert len(full.text) > 6
     stop = full.text[3:6]
+    finished = dict(llm.engine.metrics.finished)
     cut = llm.generate("hello world", no_eos(llm, max_tokens=24, stop=[stop]))[0]
     assert cut.finish_reason == "stop"
     assert cut.text == full.text[: full.text.find(stop)]
     assert full.token_ids[: len(cut.token_ids)] == cut.token_ids
+    # The front matched it; the engine ends the request as stopped and frees its row.
+    llm.engine.drain_inbox()
+    assert not llm.engine.scheduler.has_unfinished_requests()
+    after = llm.engine.metrics.finished
+    assert after.get("stop", 0) == finished.get("stop", 0) + 1
+    assert after.get("abort", 0) == finished.get("abort", 0)
 
 
 def test_eos_stops_and_is_not_emitted(llm):
