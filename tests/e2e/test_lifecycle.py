@@ -74,7 +74,8 @@ def test_api_key_is_enforced_and_never_logged(tmp_path):
 
 
 def test_sigterm_finishes_in_flight_requests_and_exits_zero(tmp_path):
-    srv = start_server(tmp_path)
+    # A grace well beyond the request's time (seconds on a loaded 2-core CPU).
+    srv = start_server(tmp_path, "--shutdown-grace", "60")
     result = {}
 
     def slow_request():

@@ -126,7 +126,7 @@ def test_eight_concurrent_requests_each_get_their_own_answer(client):
 
     def ask(q):
         r = client.chat.completions.create(
-            model=MODEL, max_tokens=24, messages=[{"role": "user", "content": q}]
+            model=MODEL, max_tokens=12, messages=[{"role": "user", "content": q}]
         )
         return r.choices[0].message.content
 
