@@ -79,7 +79,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(tmp_path):
     result = {}
 
     def slow_request():
-        body = {"model": MODEL, "messages": FRANCE, "max_tokens": 30, "logit_bias": {"2": -100}}
+        body = {"model": MODEL, "messages": FRANCE, "max_tokens": 12, "logit_bias": {"2": -100}}
         result["status"], data = request(srv.url, "POST", "/v1/chat/completions", body)
         result["body"] = json.loads(data)
 
@@ -90,7 +90,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(tmp_path):
     assert srv.proc.wait(60) == 0, srv.log()
     t.join(10)
     assert result["status"] == 200
-    assert result["body"]["usage"]["completion_tokens"] == 30
+    assert result["body"]["usage"]["completion_tokens"] == 12
     assert result["body"]["choices"][0]["message"]["content"].startswith("The capital of France")
 
 
