@@ -8,6 +8,7 @@ import sys
 
 from mlx_paged.cli.serve import serve
 from mlx_paged.cli.serve_args import add_serve_args
+from mlx_paged.process import LOG_FORMAT
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     level = getattr(args, "log_level", "INFO")
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level, format=LOG_FORMAT)
     if args.command == "serve":
         return serve(args)
     return args.run(args)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 
 from mlx_paged.cli.serve_args import API_KEY_ENV
 from mlx_paged.engine.config import EngineConfig
+from mlx_paged.process import exit_now
 
 logger = logging.getLogger("mlx_paged")
 
@@ -80,7 +80,7 @@ def serve(args: argparse.Namespace) -> int:
     )
     print(f"mlx-paged: serving {model_id} on http://{host}:{port}", flush=True)
     serve_until_signal(server, state, args.shutdown_grace)
-    _exit_now(0)
+    exit_now(0)
     return 0  # not reached
 
 
@@ -123,13 +123,3 @@ def _start_engine(args: argparse.Namespace):
         logger.error("%s", exc)
         return exc.exit_code
     return engine, model_id
-
-
-def _exit_now(code: int) -> None:
-    """Leave without running interpreter teardown: MLX's native threads can abort the process
-    ("terminate called without an active exception") while static objects are destroyed,
-    turning a clean shutdown into exit code 134. Everything is flushed first."""
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

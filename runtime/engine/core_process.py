@@ -10,17 +10,14 @@ model loaded; then ("outputs", [CoreOutput, ...]) once per step and ("answer", q
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import sys
 import threading
 from dataclasses import dataclass
 
 from mlx_paged.engine.config import EngineConfig
+from mlx_paged.process import LOG_FORMAT, exit_now
 
 logger = logging.getLogger("mlx_paged.engine")
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 @dataclass(frozen=True)
@@ -62,7 +59,7 @@ def run_engine_process(conn, spec: EngineProcessSpec) -> None:
         target=_receive, args=(conn, engine, send), name="mlx-paged-engine-inbox", daemon=True
     ).start()
     engine.run_loop()
-    _exit_now(0)
+    exit_now(0)
 
 
 def _load_engine(spec: EngineProcessSpec, send: PipeSender):
@@ -73,14 +70,14 @@ def _load_engine(spec: EngineProcessSpec, send: PipeSender):
         model, tokenizer, _, model_config = load_model(spec.model_path, spec.chat_template)
     except (RuntimeError, ValueError, OSError) as exc:
         send(("failed", 1, f"could not load the model: {exc}"))
-        _exit_now(1)
+        exit_now(1)
     try:
         return Engine(
             model, tokenizer, spec.config, model_config, sink=lambda outs: send(("outputs", outs))
         )
     except ValueError as exc:  # a model the paged path cannot serve, or a pool too small
         send(("failed", 2, str(exc)))
-        _exit_now(2)
+        exit_now(2)
 
 
 def _receive(conn, engine, send: PipeSender) -> None:
@@ -109,11 +106,3 @@ def _receive(conn, engine, send: PipeSender) -> None:
         elif kind == "shutdown":
             engine.shutdown(timeout=0)
             return
-
-
-def _exit_now(code: int) -> None:
-    """Leave without interpreter teardown (MLX's native threads can abort it); logs flushed."""
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

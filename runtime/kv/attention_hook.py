@@ -21,6 +21,7 @@ from mlx_paged.kernels.paged_attention_reference import (
     paged_attention_decode_rope_reference,
     paged_attention_reference,
 )
+from mlx_paged.kv.kv_cache_manager import cdiv
 from mlx_paged.kv.paged_cache import PagedLayerCache, PagedMask
 
 _original = base.scaled_dot_product_attention
@@ -139,7 +140,7 @@ def _causal_per_row(queries: mx.array, cache, scale: float, align: int) -> mx.ar
     width = queries.shape[2]
     outs = []
     for row, (start, count, table) in enumerate(cache.metadata.prefill_rows):
-        count = min(-(-count // align) * align, width)
+        count = min(cdiv(count, align) * align, width)
         total = start + count
         keys = gather_pages(cache.k_pages, table[None])[:, :, :total]
         values = gather_pages(cache.v_pages, table[None])[:, :, :total]

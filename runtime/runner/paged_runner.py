@@ -13,7 +13,7 @@ import numpy as np
 from mlx_paged.engine.request import Request
 from mlx_paged.engine.scheduler import PromptSchedule
 from mlx_paged.kernels.kernel_inputs import input_array
-from mlx_paged.kv.kv_cache_manager import KVCacheManager
+from mlx_paged.kv.kv_cache_manager import KVCacheManager, cdiv
 from mlx_paged.kv.paged_cache import (
     PagedAttentionMetadata,
     PagedKVPool,
@@ -58,7 +58,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         return (pool.num_usable_blocks - pool.num_free_blocks) * self.pool.nbytes // pool.num_blocks
 
     def _metadata(
-        self, rows: list[Request], starts: list[int], counts: list[int], width: int = 1
+        self, rows: list[Request], starts: list[int], counts: list[int], width: int
     ) -> PagedAttentionMetadata:
         """Rows writing `counts[b]` tokens from position `starts[b]`, padded to `width`."""
         bs = self.pool.block_size
@@ -76,8 +76,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             num_query_tokens=width,
             # Prefill only: a start forward (one token per row) attends like a decode step.
             prefill_rows=tuple(
-                (s, n, input_array(t[: -(-(s + n) // bs)]))
-                for t, s, n in zip(tables, starts, counts)
+                (s, n, input_array(t[: cdiv(s + n, bs)])) for t, s, n in zip(tables, starts, counts)
             )
             if width > 1
             else (),
@@ -152,7 +151,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         counts = [n for _, n in prefill]
         starts = [r.num_computed_tokens - n for r, n in prefill]
         align = self.pool.prefill_align
-        width = -(-max(counts) // align) * align
+        width = cdiv(max(counts), align) * align
         tokens = mx.array(
             [
                 r.all_token_ids[s : s + n] + [0] * (width - n)
