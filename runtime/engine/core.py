@@ -183,8 +183,21 @@ class Engine(EngineInbox, StepRecovery):
             self._running = False
             mx.synchronize(self._stream)
 
+    def warm_up(self) -> None:
+        """Meet every prefill attention shape before serving, on the calling thread: where the
+        pool buckets them (CUDA), once per thread that steps (`PrefillShapes.warm_up`)."""
+        shapes = self.runner.pool.prefill_shapes if self.kv is not None else None
+        if shapes is not None:
+            with mx.stream(self._stream):
+                shapes.warm_up(
+                    self.config.max_num_prefill_seqs,
+                    self.config.prefill_step_size,
+                    min(self.max_model_len, self.limits.pool_tokens),
+                )
+
     def step(self) -> None:
         """One continuous-batching step: decode the running rows, then the prompt work."""
+        self.warm_up()
         try:
             with mx.stream(self._stream):
                 self._step()

@@ -54,6 +54,7 @@ def run_engine_process(conn, spec: EngineProcessSpec) -> None:
     send = PipeSender(conn)
     engine = _load_engine(spec, send)
     send.on_broken = lambda: engine.shutdown(timeout=0)
+    engine.warm_up()  # on this thread, which runs the step loop
     send(("ready", engine.limits))
     threading.Thread(
         target=_receive, args=(conn, engine, send), name="mlx-paged-engine-inbox", daemon=True

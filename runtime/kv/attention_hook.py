@@ -95,12 +95,14 @@ def paged_scaled_dot_product_attention(
             )
         if phase == "prefill" and _own_kv_suffices(meta, window, sinks):
             pool.attention_calls["causal", phase] += 1
+            if pool.prefill_shapes is not None:
+                return pool.prefill_shapes.attend_own(queries, keys, values, scale)
             return mx.fast.scaled_dot_product_attention(
                 queries, keys, values, scale=scale, mask="causal"
             )
         if phase == "prefill" and _causal_rows_suffice(meta, window, sinks):
             pool.attention_calls["causal_rows", phase] += 1
-            return _causal_per_row(queries, cache, scale, pool.prefill_align)
+            return _causal_per_row(queries, cache, scale, pool)
         pool.attention_calls["reference", phase] += 1
         return paged_attention_reference(
             queries,
@@ -130,14 +132,19 @@ def _causal_rows_suffice(meta, window: int | None, sinks) -> bool:
     return bool(meta.prefill_rows) and sinks is None and (window is None or window >= longest)
 
 
-def _causal_per_row(queries: mx.array, cache, scale: float, align: int) -> mx.array:
+def _causal_per_row(queries: mx.array, cache, scale: float, pool) -> mx.array:
     """Each row's queries over its own gathered context, with MLX's causal SDPA (which aligns
     the queries to the end of the keys).
 
-    A row's queries and keys are padded alike, to a multiple of `align` queries: the end
-    alignment keeps the padded keys out of the real queries' view, and the shapes repeat.
+    With `pool.prefill_shapes` (CUDA), a row attends in buckets (`PrefillShapes.attend_row`).
+    Else its queries and keys are padded alike, to a multiple of `pool.prefill_align` queries:
+    the end alignment keeps the padded keys out of the real queries' view.
     """
     width = queries.shape[2]
+    shapes = (
+        pool.prefill_shapes if pool.prefill_shapes and pool.prefill_shapes.rows_bucketed else None
+    )
+    align = 1 if shapes is not None else pool.prefill_align
     outs = []
     for row, (start, count, table) in enumerate(cache.metadata.prefill_rows):
         count = min(cdiv(count, align) * align, width)
@@ -147,9 +154,12 @@ def _causal_per_row(queries: mx.array, cache, scale: float, align: int) -> mx.ar
         if keys.shape[2] < total:  # the padding reaches past the row's last block
             room = ((0, 0), (0, 0), (0, total - keys.shape[2]), (0, 0))
             keys, values = mx.pad(keys, room), mx.pad(values, room)
-        out = mx.fast.scaled_dot_product_attention(
-            queries[row : row + 1, :, :count], keys, values, scale=scale, mask="causal"
-        )
+        if shapes is not None:
+            out = shapes.attend_row(queries[row : row + 1, :, :count], keys, values, scale)
+        else:
+            out = mx.fast.scaled_dot_product_attention(
+                queries[row : row + 1, :, :count], keys, values, scale=scale, mask="causal"
+            )
         if count < width:
             out = mx.pad(out, ((0, 0), (0, 0), (0, width - count), (0, 0)))
         outs.append(out)

@@ -78,6 +78,9 @@ class PagedKVPool:
         # Prefill widths and chunk ends are rounded up to multiples of this, so attention
         # shapes repeat: MLX's CUDA SDPA builds a cuDNN graph (~70 ms) per new shape. 1: off.
         self.prefill_align = 1
+        # Prefill attention in power-of-two buckets, warmed before serving (`PrefillShapes`);
+        # set on CUDA by the paged setup, None elsewhere.
+        self.prefill_shapes = None
         # (path, phase) -> attention calls, one per layer per forward; shown in /metrics.
         self.attention_calls: Counter = Counter()
         # The fused split-K kernel's partition counters, handed from call to call.

@@ -12,6 +12,7 @@ from mlx_paged.kv.fused_rope_setup import enable_fused_rope
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
 from mlx_paged.kv.kv_layout import KVLayout, probe_kv_layout
 from mlx_paged.kv.paged_cache import PagedKVPool
+from mlx_paged.kv.prefill_shapes import PrefillShapes
 from mlx_paged.models.weight_views import cache_weight_views
 from mlx_paged.runner.paged_runner import PagedRunner
 
@@ -102,6 +103,14 @@ def warm_up_kernels(backend: str, layout: KVLayout, block_size: int, rope: bool)
                 rope=with_rope)  # fmt: skip
 
 
+def cuda_prefill_shapes(layout: KVLayout) -> PrefillShapes | None:
+    """Bucketed prefill attention where MLX's CUDA SDPA builds a graph per shape: half-precision
+    K/V (float32 takes MLX's own kernels) and one query head count for every layer."""
+    if layout.dtype not in (mx.float16, mx.bfloat16) or layout.num_heads is None:
+        return None
+    return PrefillShapes(layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.dtype)
+
+
 def _pool_blocks(block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens) -> int:
     """Blocks in the pool: `num_blocks`, else the budget's worth (see `build_paged_path`)."""
     flag = "--kv-budget" if num_blocks is None else "--num-blocks"
@@ -153,6 +162,7 @@ def build_paged_path(
     pool.decode_backend = select_decode_kernel(layout, block_size, paged_attention)
     if mx.default_device() == mx.gpu and mx.cuda.is_available():
         pool.prefill_align = CUDA_PREFILL_ALIGN
+        pool.prefill_shapes = cuda_prefill_shapes(layout)
     rope = enable_fused_rope(model, layout, pool, fused_rope)
     if pool.decode_backend is not None:
         warm_up_kernels(pool.decode_backend, layout, block_size, rope)

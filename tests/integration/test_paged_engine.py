@@ -9,6 +9,7 @@ from mlx_lm.sample_utils import make_logits_processors
 
 from mlx_paged import LLM, SamplingParams
 from mlx_paged.errors import InvalidRequestError
+from mlx_paged.kv.prefill_shapes import PrefillShapes
 
 TEXTS = [
     "hi",
@@ -211,3 +212,37 @@ def test_default_max_tokens_shrinks_to_the_pool(tiny_model_dir):
     with pytest.raises(InvalidRequestError) as info:
         llm.engine.check_request([5] * 17, SamplingParams())
     assert info.value.code == "kv_cache_too_small" and info.value.param == "messages"
+
+
+def test_bucketed_prefill_attention_gives_the_same_tokens(tiny_model_dir):
+    """With `prefill_shapes` (on by default on CUDA only), prefill attention runs in
+    power-of-two buckets, warmed at the first step: rows from position 0, budget-cut chunks
+    and prefix hits all give mlx-lm's tokens."""
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
+              max_num_seqs=6, max_num_batched_tokens=21, prefill_step_size=64)  # fmt: skip
+    pool, args = llm.engine.runner.pool, llm.model.args
+    shapes = PrefillShapes(args.num_attention_heads, pool.page_shape[2], pool.page_shape[3],
+                           pool.dtype)  # fmt: skip
+    assert shapes.rows_bucketed
+    calls = {"own": 0, "row": 0}
+    attend_own, attend_row = shapes.attend_own, shapes.attend_row
+
+    def counted(kind, attend):
+        def call(*a, **k):
+            calls[kind] += 1
+            return attend(*a, **k)
+
+        return call
+
+    shapes.attend_own, shapes.attend_row = counted("own", attend_own), counted("row", attend_row)
+    pool.prefill_shapes = shapes
+    prompts = [llm.tokenizer.encode(t) for t in [*TEXTS, " ".join(TEXTS * 4)]]
+    eos = llm.tokenizer.eos_token_id
+    sampling = [SamplingParams(max_tokens=m, logit_bias={eos: -100}) for m in [*MAX_TOKENS, 6]]
+    for _ in range(2):  # the second pass hits the prefix cache
+        for prompt, p, r in zip(prompts, sampling, llm.generate(prompts, sampling)):
+            assert r.token_ids == reference(llm, prompt, p.max_tokens)
+    assert calls["own"] > 0 and calls["row"] > 0
+    assert llm.engine.metrics.prefix_cache_hit_tokens_total > 0
+    assert shapes._warm_threads  # warmed by the first step, on the stepping thread
+    assert_pool_full(llm)
