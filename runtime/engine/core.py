@@ -84,6 +84,7 @@ class Engine(EngineInbox, StepRecovery):
             max_num_batched_tokens=config.max_num_batched_tokens,
             kv=self.kv,
             prefill_align=self.runner.pool.prefill_align if self.kv is not None else 1,
+            start_in_decode=self.kv is not None,
         )
         self.stop_checker = StopChecker(tokenizer.eos_token_ids)
         self.router = OutputRouter(tokenizer, self.abort) if sink is None else None
@@ -207,10 +208,15 @@ class Engine(EngineInbox, StepRecovery):
             self.failed_steps_in_a_row = 0
 
     def _step(self) -> None:
+        # Rows down to their last prompt token decode with the batch (paged path).
+        started = self.scheduler.schedule_starting() if self.scheduler.start_in_decode else []
         rows, preempted = self.scheduler.schedule_decode()
         if preempted:
             self.runner.remove(preempted)
             self.metrics.preemptions_total += len(preempted)
+        decoding = {id(r) for r in rows}
+        started = [r for r in started if id(r) in decoding]
+        self.metrics.prompt_tokens_total += len(started)
         if rows:
             tic = time.perf_counter()
             self._deliver(self.runner.decode(rows))
@@ -224,9 +230,9 @@ class Engine(EngineInbox, StepRecovery):
             self.runner.run_prompts(plan)
             self.metrics.prompt_tokens_total += sum(n for _, n in plan.prefill) + len(plan.starting)
             self.metrics.prefill_seconds_total += time.perf_counter() - tic
-            if plan.starting and not rows:
-                # Nothing else decodes, so no overlap is lost: first tokens go out now.
-                self._deliver(self.runner.emit_pending())
+        if (plan.starting and not rows) or (started and len(started) == len(rows)):
+            # Nothing else decodes, so no overlap is lost: first tokens go out now.
+            self._deliver(self.runner.emit_pending())
 
     def _deliver(self, rows) -> None:
         """Send each row's token to the sink in one batch; retire the finished requests."""

@@ -73,6 +73,9 @@ class Scheduler:
             admits anything).
         prefill_align: chunks the budget cuts end on multiples of this (the pool's
             `prefill_align`).
+        start_in_decode: requests with one prompt token left join the running batch through
+            `schedule_starting`, and the decode forward feeds that token (the paged path);
+            else `schedule_prompts` starts them, for a forward of their own.
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class Scheduler:
         max_num_batched_tokens: int | None = None,
         kv: KVSpace | None = None,
         prefill_align: int = 1,
+        start_in_decode: bool = False,
     ):
         if min(max_num_seqs, max_num_prefill_seqs, prefill_step_size) < 1:
             raise ValueError(
@@ -98,6 +102,7 @@ class Scheduler:
             )
         self.max_num_batched_tokens = max_num_batched_tokens
         self.prefill_align = prefill_align
+        self.start_in_decode = start_in_decode
         self.max_num_prefill_seqs = max_num_prefill_seqs
         self.prefill_step_size = prefill_step_size
         self.kv = kv
@@ -194,17 +199,10 @@ class Scheduler:
         if len(self.running) >= self.max_num_seqs:
             return out
         out.joining = self._admit()
-
-        still_prefilling = []
-        for req in self.prefilling:
-            if req.num_prefill_tokens - req.num_computed_tokens == 1:
+        if not self.start_in_decode:
+            out.starting = self._promote_starting()
+            for req in out.starting:
                 req.num_computed_tokens += 1
-                req.status = RequestStatus.RUNNING
-                out.starting.append(req)
-            else:
-                still_prefilling.append(req)
-        self.prefilling = still_prefilling
-        self.running.extend(out.starting)
 
         budget = self.max_num_batched_tokens
         if budget is not None:
@@ -220,6 +218,23 @@ class Scheduler:
             req.num_computed_tokens += n
             out.prefill.append((req, n))
         return out
+
+    def schedule_starting(self) -> list[Request]:
+        """Requests whose prompt is computed but for its last token join the running batch
+        (`start_in_decode`): `schedule_decode` then counts that token like a decode row's."""
+        if len(self.running) >= self.max_num_seqs:
+            return []
+        return self._promote_starting()
+
+    def _promote_starting(self) -> list[Request]:
+        starting = [r for r in self.prefilling if r.num_prefill_tokens - r.num_computed_tokens == 1]
+        if starting:
+            moved = {id(r) for r in starting}
+            self.prefilling = [r for r in self.prefilling if id(r) not in moved]
+            for req in starting:
+                req.status = RequestStatus.RUNNING
+            self.running.extend(starting)
+        return starting
 
     def _cut_to_budget(self, start: int, n: int, budget: int, first: bool) -> int:
         """A chunk the budget cuts short ends on a multiple of `prefill_align`, so the next

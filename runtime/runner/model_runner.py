@@ -118,6 +118,21 @@ class LookaheadDecoder:
         self.next_logprobs.extend(wanted)
         self.decode_rows.extend(rows)
 
+    def join_rows(self, rows: list[Request]) -> None:
+        """Append requests whose prompt is computed but for its last token to the decode batch:
+        the next decode step feeds that token with the batch's, and its sample is their first
+        token (out with the step after). The fed prompt token is no output."""
+        fed = mx.array([r.all_token_ids[r.num_computed_tokens - 1] for r in rows])
+        if self.next_tokens is None or not self.decode_rows:
+            self.next_tokens = fed
+        else:
+            self.next_tokens = mx.concatenate(
+                [self.next_tokens, fed.astype(self.next_tokens.dtype)]
+            )
+        self.next_logprobs.extend([None] * len(rows))
+        self.decode_rows.extend(rows)
+        self.emitted_ids.update(r.request_id for r in rows)
+
     def drop_decode_rows(self, requests: list[Request]) -> list[int] | None:
         """Remove `requests` from the decode batch; the kept indices, or None if none left."""
         gone = {id(r) for r in requests}

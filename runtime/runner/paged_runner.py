@@ -87,6 +87,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         return self.model(tokens, cache=caches)
 
     def decode(self, rows: list[Request]) -> list[RowOutput]:
+        self._join(rows[len(self.decode_rows) :])
         return self.lookahead_step(
             rows, self._decode, pending_writes=lambda: (self.pool.k_pages, self.pool.v_pages)
         )
@@ -119,11 +120,6 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
     def _decode_logits(self, inputs: mx.array, meta: PagedAttentionMetadata) -> mx.array:
         return self._forward(inputs[:, None], meta)[:, -1, :]
 
-    def start_rows(self, rows: list[Request], logits: mx.array, inputs: mx.array) -> None:
-        super().start_rows(rows, logits, inputs)
-        for r in rows:
-            self.block_table.add_row(self.kv.get_blocks(r))
-
     def drop_decode_rows(self, requests: list[Request]) -> list[int] | None:
         keep = super().drop_decode_rows(requests)
         if keep is not None:
@@ -133,17 +129,20 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
     def run_prompts(self, plan: PromptSchedule) -> None:
         self.prompt_rows.extend(plan.joining)
         if plan.starting:
-            self._start(plan.starting)
+            raise RuntimeError("the paged path starts rows in the decode forward (start_in_decode)")
         if plan.prefill:
             self._prefill(plan.prefill)
 
-    def _start(self, rows: list[Request]) -> None:
+    def _join(self, rows: list[Request]) -> None:
+        """Rows down to their last prompt token join the decode batch (`join_rows`); this
+        step's decode forward feeds that token, so starting costs no forward of its own."""
+        if not rows:
+            return
         moved = {id(r) for r in rows}
         self.prompt_rows = [r for r in self.prompt_rows if id(r) not in moved]
-        inputs = mx.array([r.all_token_ids[-1] for r in rows])
-        meta = self._metadata(rows, [r.num_computed_tokens - 1 for r in rows], [1] * len(rows), 1)
-        self.start_rows(rows, self._forward(inputs[:, None], meta)[:, -1, :], inputs)
+        self.join_rows(rows)
         for r in rows:
+            self.block_table.add_row(self.kv.get_blocks(r))
             self.kv.cache_blocks(r, r.num_computed_tokens)
 
     def _prefill(self, prefill: list[tuple[Request, int]]) -> None:

@@ -246,3 +246,30 @@ def test_bucketed_prefill_attention_gives_the_same_tokens(tiny_model_dir):
     assert llm.engine.metrics.prefix_cache_hit_tokens_total > 0
     assert shapes._warm_threads  # warmed by the first step, on the stepping thread
     assert_pool_full(llm)
+
+
+def test_rows_start_in_the_decode_forward(tiny_model_dir):
+    """A request's last prompt token runs in a decode forward, with the batch: the paged path
+    runs no forward of its own to start rows, and the tokens stay mlx-lm's."""
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
+              max_num_seqs=3)  # fmt: skip
+    runner = llm.engine.runner
+    kinds, forwards, joined = [], [], []
+    prefill, decode, join, forward = runner._prefill, runner._decode, runner._join, runner._forward
+
+    def recorded(kind, call, log):
+        def wrapped(arg, *rest):
+            log.append(kind if kind else arg)
+            return call(arg, *rest)
+
+        return wrapped
+
+    runner._prefill = recorded("prefill", prefill, kinds)
+    runner._decode = recorded("decode", decode, kinds)
+    runner._forward = recorded("forward", forward, forwards)
+    runner._join = recorded(None, join, joined)
+    prompts = [llm.tokenizer.encode(t) for t in TEXTS]
+    for prompt, p, r in zip(prompts, params(llm), llm.generate(prompts, params(llm))):
+        assert r.token_ids == reference(llm, prompt, p.max_tokens)
+    assert len(forwards) == len(kinds)  # every forward is a prefill chunk's or a decode step's
+    assert sum(len(rows) for rows in joined) == len(TEXTS)  # each request joined once
