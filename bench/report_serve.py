@@ -25,9 +25,9 @@ def _ms(value) -> str:
 
 CUDA_SHAPES_NOTE = """
 On CUDA, MLX's SDPA builds a cuDNN graph the first time it meets an attention shape (about
-70 ms on the H200, then 0.1-0.4 ms a call). Prefill batches of a new size therefore stall every
-stream once, and runs of this benchmark differ by up to 40% at concurrency 16, ours and the
-offline figure alike ([architecture](architecture.md#the-step-engineschedulerpy)).
+60 ms on the H200, then 0.1-0.4 ms a call). The engine runs prefill attention in power-of-two
+buckets and builds every bucket before it serves
+([architecture](architecture.md#the-step-engineschedulerpy)), so no level pays that build.
 """
 
 
