@@ -118,7 +118,7 @@ class PrefillShapes:
         if kind == "own":
             q, k = mx.zeros((a, h, b, d), self.dtype), mx.zeros((a, kv, b, d), self.dtype)
             mx.eval(self.attend_own(q, k, k, scale=d**-0.5))
-        else:  # a row whose keys fill the bucket but the query padding
+        else:  # a row of `a` queries over `b` keys: the bucket, with no padding to add
             q = mx.zeros((1, h, a, d), self.dtype)
             k = mx.zeros((1, kv, b, d), self.dtype)
             mx.eval(self.attend_row(q, k, k, scale=d**-0.5))
