@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from mlx_paged.kernels.quantized_pages import QuantizedPages
 
-def gather_pages(pages: mx.array, block_tables: mx.array) -> mx.array:
+
+def gather_pages(pages: mx.array | QuantizedPages, block_tables: mx.array) -> mx.array:
     """`[num_blocks, block_size, H, D]` pages + `(B, max_blocks)` tables -> `(B, H, T, D)`,
-    with `T = max_blocks * block_size`; positions past a row's length hold garbage."""
+    with `T = max_blocks * block_size`; positions past a row's length hold garbage. Quantized
+    pages come out dequantized."""
     num_rows, max_blocks = block_tables.shape
     _, block_size, heads, dim = pages.shape
-    gathered = pages[block_tables.reshape(-1)]
+    ids = block_tables.reshape(-1)
+    if isinstance(pages, QuantizedPages):
+        gathered = pages.gather(ids).dequantize()
+    else:
+        gathered = pages[ids]
     return gathered.reshape(num_rows, max_blocks * block_size, heads, dim).transpose(0, 2, 1, 3)
 
 

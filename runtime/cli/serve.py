@@ -99,6 +99,10 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         paged_attention=args.paged_attention,
         compile_decode=args.compile_decode,
         fused_rope=args.fused_rope,
+        kv_bits=args.kv_bits,
+        kv_bits_k=args.kv_bits_k,
+        kv_bits_v=args.kv_bits_v,
+        kv_group_size=args.kv_group_size,
     )
 
 

@@ -169,6 +169,29 @@ def _add_kv_args(p: argparse.ArgumentParser) -> None:
         "faster on the H200",
     )
     p.add_argument(
+        "--kv-bits",
+        type=int,
+        choices=[16, 8, 4],
+        default=16,
+        help="bits per K and V value in the paged pool: 16 (the model's dtype, the default), "
+        "8 or 4 (quantized pages in MLX's affine layout: about 1.9x / 3.6x the tokens)",
+    )
+    for side in ("k", "v"):
+        p.add_argument(
+            f"--kv-bits-{side}",
+            type=int,
+            choices=[16, 8, 4],
+            default=None,
+            help=f"bits per {side.upper()} value, over --kv-bits (keys are the more sensitive)",
+        )
+    p.add_argument(
+        "--kv-group-size",
+        type=int,
+        choices=[32, 64],
+        default=64,
+        help="values per scale and bias in quantized pages (default 64)",
+    )
+    p.add_argument(
         "--no-prefix-caching",
         action="store_true",
         help="turn off automatic prefix caching (paged path)",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES
+
 PAGED_ATTENTION_MODES = ("auto", "kernel", "reference")
 AUTO_ON_OFF = ("auto", "on", "off")
 
@@ -30,6 +32,9 @@ class EngineConfig:
         fused_rope: decode steps apply RoPE inside the attention kernel: "auto" (with the
             generated kernels, for models whose RoPE they express), "on" (also on the
             reference path; fail at load if the model does not qualify) or "off".
+        kv_bits: bits per K and V value in the pages (`--kv-bits`): 16 (the model's dtype),
+            8 or 4 (quantized in groups of `kv_group_size`, paged path only); `kv_bits_k` /
+            `kv_bits_v` set keys and values apart.
     """
 
     kv_paged: bool = True
@@ -45,6 +50,18 @@ class EngineConfig:
     paged_attention: str = "auto"
     compile_decode: str = "auto"
     fused_rope: str = "off"
+    kv_bits: int = 16
+    kv_bits_k: int | None = None
+    kv_bits_v: int | None = None
+    kv_group_size: int = 64
+
+    @property
+    def k_bits(self) -> int:
+        return self.kv_bits if self.kv_bits_k is None else self.kv_bits_k
+
+    @property
+    def v_bits(self) -> int:
+        return self.kv_bits if self.kv_bits_v is None else self.kv_bits_v
 
     def __post_init__(self) -> None:
         for name in ("max_num_seqs", "max_num_prefill_seqs", "prefill_step_size", "block_size"):
@@ -64,5 +81,20 @@ class EngineConfig:
                 "max_num_batched_tokens needs the paged KV path: the contiguous path prefills "
                 "as mlx-lm's BatchGenerator does, to give its exact tokens"
             )
+        self._check_kv_bits()
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")
+
+    def _check_kv_bits(self) -> None:
+        for name in ("kv_bits", "kv_bits_k", "kv_bits_v"):
+            value = getattr(self, name)
+            if value is not None and value not in KV_BITS:
+                raise ValueError(f"{name} must be one of 16, 8, 4, got {value!r}")
+        if self.kv_group_size not in KV_GROUP_SIZES:
+            raise ValueError(f"kv_group_size must be 32 or 64, got {self.kv_group_size!r}")
+        if min(self.k_bits, self.v_bits) < 16 and not self.kv_paged:
+            raise ValueError(
+                "quantized K/V (kv bits below 16) needs the paged KV path: the contiguous path "
+                "runs mlx-lm's batch caches, which cannot be quantized (BatchKVCache has no "
+                "to_quantized); drop --kv-paged off / kv_paged=False to quantize pages"
+            )

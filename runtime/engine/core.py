@@ -74,6 +74,9 @@ class Engine(EngineInbox, StepRecovery):
                 compile_decode=config.compile_decode,
                 fused_rope=config.fused_rope,
                 max_num_tokens=config.max_num_seqs * self.max_model_len,
+                k_bits=config.k_bits,
+                v_bits=config.v_bits,
+                kv_group_size=config.kv_group_size,
             )
         else:
             self.runner = ContiguousRunner(model, prefill_step_size=config.prefill_step_size)

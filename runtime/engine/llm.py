@@ -38,6 +38,9 @@ class LLM:
         paged_attention: "auto", "kernel" or "reference" decode attention over pages.
         compile_decode: "auto", "on" or "off": replay decode steps from `mx.compile` traces.
         fused_rope: "auto", "on" or "off": RoPE inside the decode attention kernel.
+        kv_bits: bits per K/V value in the pages: 16, 8 or 4 (quantized in groups of
+            `kv_group_size`, 32 or 64; paged path only); `kv_bits_k` / `kv_bits_v` set keys and
+            values apart (e.g. 8 and 4).
         block_size, num_blocks, kv_budget_bytes, enable_prefix_caching: the paged KV pool
             (`num_blocks` wins over `kv_budget_bytes`; neither: 10% of device memory).
         max_num_seqs: most sequences decoding at once.
@@ -65,6 +68,10 @@ class LLM:
         paged_attention: str = "auto",
         compile_decode: str = "auto",
         fused_rope: str = "off",
+        kv_bits: int = 16,
+        kv_bits_k: int | None = None,
+        kv_bits_v: int | None = None,
+        kv_group_size: int = 64,
     ):
         config = EngineConfig(
             kv_paged=kv_paged,
@@ -79,6 +86,10 @@ class LLM:
             paged_attention=paged_attention,
             compile_decode=compile_decode,
             fused_rope=fused_rope,
+            kv_bits=kv_bits,
+            kv_bits_k=kv_bits_k,
+            kv_bits_v=kv_bits_v,
+            kv_group_size=kv_group_size,
         )
         self.model, self.tokenizer, self.model_id, model_config = load_model(model, chat_template)
         self.engine = Engine(self.model, self.tokenizer, config, model_config)

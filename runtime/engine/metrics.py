@@ -89,6 +89,8 @@ def _kv_metrics(out: _Exposition, engine) -> None:
         ("kv_blocks_cached", "Free KV blocks that still hold a cached prefix (evictable).",
          cached),
         ("kv_block_size", "Tokens per KV block.", engine.kv.block_size),
+        ("kv_bytes_per_token", "KV pool bytes per token, every layer's K and V together.",
+         engine.runner.pool.nbytes // (engine.runner.pool.num_blocks * engine.kv.block_size)),
     ):  # fmt: skip
         out.add(f"mlx_paged_{name}", "gauge", help_text, value)
     calls = engine.runner.pool.attention_calls

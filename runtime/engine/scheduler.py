@@ -208,8 +208,10 @@ class Scheduler:
         if budget is not None:
             budget -= num_decode_rows + len(out.starting)
         for req in self.prefilling:
-            # The last prompt token is kept back: it runs in its own "start" forward.
+            # The last prompt token is kept back: it starts the request (see start_in_decode).
             n = min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
+            if n < 1:  # only its last token left: it starts with the next step's decode
+                continue
             if budget is not None:
                 n = self._cut_to_budget(req.num_computed_tokens, n, budget, not out.prefill)
                 if n < 1:

@@ -17,6 +17,7 @@ import numpy as np
 
 from mlx_paged.kernels.counter_chain import CounterChain
 from mlx_paged.kernels.kernel_inputs import input_array
+from mlx_paged.kernels.quantized_pages import QuantizedPages
 from mlx_paged.kv.rope_fusion import DeferredOffset
 
 
@@ -69,10 +70,15 @@ class PagedKVPool:
         num_kv_heads: int,
         head_dim: int,
         dtype=mx.float32,
+        k_bits: int = 16,
+        v_bits: int = 16,
+        group_size: int = 64,
     ):
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
         self.num_blocks, self.block_size = num_blocks, block_size
         self.page_shape, self.dtype = shape, dtype
+        # K and V bits per value (16: the model's dtype), quantized in groups of `group_size`.
+        self.k_bits, self.v_bits, self.group_size = k_bits, v_bits, group_size
         # Set by the paged setup: "metal"/"cuda" when decode runs the generated kernel.
         self.decode_backend: str | None = None
         # Prefill widths and chunk ends are rounded up to multiples of this, so attention
@@ -88,13 +94,27 @@ class PagedKVPool:
         # Per layer, the RoPE frequencies of decode steps that fuse RoPE into attention; None
         # when they do not (set by the paged setup).
         self.rope_inv_freq: list[mx.array] | None = None
-        self.k_pages = [mx.zeros(shape, dtype=dtype) for _ in range(num_layers)]
-        self.v_pages = [mx.zeros(shape, dtype=dtype) for _ in range(num_layers)]
-        mx.eval(self.k_pages, self.v_pages)
+        self.num_layers = num_layers
+        self.k_pages, self.v_pages = self._zero_pages()
+
+    @property
+    def quantized(self) -> bool:
+        return min(self.k_bits, self.v_bits) < 16
 
     @property
     def nbytes(self) -> int:
         return sum(p.nbytes for p in self.k_pages + self.v_pages)
+
+    def _zero_pages(self) -> tuple[list, list]:
+        def layer_pages(bits):
+            if bits == 16:
+                return mx.zeros(self.page_shape, dtype=self.dtype)
+            return QuantizedPages.zeros(self.page_shape, self.dtype, bits, self.group_size)
+
+        k = [layer_pages(self.k_bits) for _ in range(self.num_layers)]
+        v = [layer_pages(self.v_bits) for _ in range(self.num_layers)]
+        mx.eval(k, v)
+        return k, v
 
     def repair(self) -> bool:
         """After a failed step: evaluate the pages, or, when their pending writes throw (the
@@ -103,15 +123,14 @@ class PagedKVPool:
             mx.eval(self.k_pages, self.v_pages)
             return False
         except Exception:
-            self.k_pages = [mx.zeros(self.page_shape, dtype=self.dtype) for _ in self.k_pages]
-            self.v_pages = [mx.zeros(self.page_shape, dtype=self.dtype) for _ in self.v_pages]
-            mx.eval(self.k_pages, self.v_pages)
+            self.k_pages, self.v_pages = self._zero_pages()
             return True
 
     def write(
         self, layer: int, keys: mx.array, values: mx.array, slot_mapping: tuple[mx.array, mx.array]
     ) -> None:
-        """Scatter `(B, H, L, D)` keys/values into `layer`'s pages at `slot_mapping`."""
+        """Scatter `(B, H, L, D)` keys/values into `layer`'s pages at `slot_mapping`
+        (quantized on the way where the pages are)."""
         for pages, new in ((self.k_pages, keys), (self.v_pages, values)):
             batch, heads, length, dim = new.shape
             if length > 1:
@@ -119,7 +138,10 @@ class PagedKVPool:
             new = new.reshape(batch * length, heads, dim).astype(self.dtype)
             page = pages[layer]
             pages[layer] = None  # drop our reference before the scatter: it may reuse the buffer
-            page[slot_mapping] = new
+            if isinstance(page, QuantizedPages):
+                page = page.write(slot_mapping, new)
+            else:
+                page[slot_mapping] = new
             pages[layer] = page
 
 

@@ -7,6 +7,7 @@ import os
 
 import mlx.core as mx
 
+from mlx_paged.kernels.quantized_pages import check_kv_quantization, page_bytes_per_token
 from mlx_paged.kv.attention_hook import check_model_supported, install_attention_hook
 from mlx_paged.kv.fused_rope_setup import enable_fused_rope
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
@@ -35,7 +36,9 @@ def device_memory_bytes() -> int:
         return 8 * 2**30
 
 
-def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> str | None:
+def select_decode_kernel(
+    layout: KVLayout, block_size: int, mode: str, quantized: bool = False
+) -> str | None:
     """The backend whose generated kernel will run decode attention, or None for the reference.
 
     "auto" takes the kernel when MLX runs on a Metal/CUDA GPU and the model's shapes are ones
@@ -53,6 +56,11 @@ def select_decode_kernel(layout: KVLayout, block_size: int, mode: str) -> str | 
             raise UnsupportedSpecError(
                 f"MLX runs on {mx.default_device()}, and the paged "
                 f"decode kernels need a Metal or CUDA GPU"
+            )
+        if quantized:
+            raise UnsupportedSpecError(
+                "the K/V pages are quantized (--kv-bits below 16), which the generated "
+                "decode kernels do not read yet"
             )
         if layout.num_heads is None or layout.num_heads % layout.num_kv_heads:
             raise UnsupportedSpecError(
@@ -111,6 +119,26 @@ def cuda_prefill_shapes(layout: KVLayout) -> PrefillShapes | None:
     return PrefillShapes(layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.dtype)
 
 
+def kv_bytes_per_token(layout: KVLayout, k_bits: int, v_bits: int, group_size: int) -> int:
+    """Bytes one token's K and V take in the pool, every layer together."""
+    heads, dim, dtype = layout.num_kv_heads, layout.head_dim, layout.dtype
+    per_layer = sum(
+        page_bytes_per_token(heads, dim, dtype, b, group_size) for b in (k_bits, v_bits)
+    )
+    return layout.num_layers * per_layer
+
+
+def _log_pool(pool: PagedKVPool, token_bytes: int, prefix_caching: bool) -> None:
+    def bits(b: int) -> str:
+        return "16-bit" if b == 16 else f"{b}-bit in groups of {pool.group_size}"
+
+    logger.info(
+        "paged KV: %d blocks x %d tokens (%.1f MiB, %d B/token, K %s / V %s), prefix caching %s",
+        pool.num_blocks, pool.block_size, pool.nbytes / 2**20, token_bytes, bits(pool.k_bits),
+        bits(pool.v_bits), "on" if prefix_caching else "off",
+    )  # fmt: skip
+
+
 def _pool_blocks(block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens) -> int:
     """Blocks in the pool: `num_blocks`, else the budget's worth (see `build_paged_path`)."""
     flag = "--kv-budget" if num_blocks is None else "--num-blocks"
@@ -141,6 +169,9 @@ def build_paged_path(
     paged_attention: str = "auto",
     compile_decode: str = "auto",
     fused_rope: str = "off",
+    k_bits: int = 16,
+    v_bits: int = 16,
+    kv_group_size: int = 64,
 ) -> tuple[PagedRunner, KVCacheManager]:
     """Check the model, size the pool and return (runner, kv manager).
 
@@ -148,18 +179,20 @@ def build_paged_path(
     than `max_num_tokens` (all sequences at full context) could use. Decode attention runs the
     generated kernel per `paged_attention` (see `select_decode_kernel`), with RoPE in the kernel
     per `fused_rope` (see `enable_fused_rope`); `compile_decode` replays decode steps from
-    `mx.compile` traces ("auto": with the generated kernels, whose hosts gain from it).
+    `mx.compile` traces ("auto": with the generated kernels, whose hosts gain from it). K and V
+    pages hold `k_bits`/`v_bits` per value (16: the model's dtype; 8 or 4: quantized in groups
+    of `kv_group_size`, see `QuantizedPages`).
     """
     check_model_supported(model_type)
     install_attention_hook()
     layout = probe_kv_layout(model)
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
-    block_bytes = 2 * layout.num_layers * block_size * layout.num_kv_heads * layout.head_dim
-    block_bytes *= layout.dtype.size
+    check_kv_quantization(k_bits, v_bits, kv_group_size, layout.head_dim)
+    block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size)
     num_blocks = _pool_blocks(block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens)
     pool = PagedKVPool(layout.num_layers, num_blocks, block_size, layout.num_kv_heads,
-                       layout.head_dim, layout.dtype)  # fmt: skip
-    pool.decode_backend = select_decode_kernel(layout, block_size, paged_attention)
+                       layout.head_dim, layout.dtype, k_bits, v_bits, kv_group_size)  # fmt: skip
+    pool.decode_backend = select_decode_kernel(layout, block_size, paged_attention, pool.quantized)
     if mx.default_device() == mx.gpu and mx.cuda.is_available():
         pool.prefill_align = CUDA_PREFILL_ALIGN
         pool.prefill_shapes = cuda_prefill_shapes(layout)
@@ -167,14 +200,7 @@ def build_paged_path(
     if pool.decode_backend is not None:
         warm_up_kernels(pool.decode_backend, layout, block_size, rope)
     kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching)
-    logger.info(
-        "paged KV: %d blocks x %d tokens (%.1f MiB, %d B/token), prefix caching %s",
-        num_blocks,
-        block_size,
-        pool.nbytes / 2**20,
-        block_bytes // block_size,
-        "on" if enable_prefix_caching else "off",
-    )
+    _log_pool(pool, block_bytes // block_size, enable_prefix_caching)
     compiled = compile_decode == "on" or (
         compile_decode == "auto" and pool.decode_backend is not None
     )

@@ -273,3 +273,18 @@ def test_rows_start_in_the_decode_forward(tiny_model_dir):
         assert r.token_ids == reference(llm, prompt, p.max_tokens)
     assert len(forwards) == len(kinds)  # every forward is a prefill chunk's or a decode step's
     assert sum(len(rows) for rows in joined) == len(TEXTS)  # each request joined once
+
+
+def test_a_prompt_down_to_its_last_token_starts_with_the_decode_batch(tiny_model_dir):
+    """A 1-token prompt, and a prompt whose prefix hit leaves only its last token, have no
+    chunk to prefill: they join the next decode forward and give mlx-lm's tokens."""
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=64)
+    one = llm.tokenizer.encode("hi")[:1]
+    nine = (llm.tokenizer.encode(" ".join(TEXTS)) * 3)[:9]  # two full blocks and one token
+    params = SamplingParams(max_tokens=6, logit_bias={llm.tokenizer.eos_token_id: -100})
+    for _ in range(2):  # the second pass hits the first 8 tokens of `nine`
+        results = llm.generate([one, nine], params)
+        for prompt, r in zip([one, nine], results):
+            assert r.token_ids == reference(llm, prompt, 6)
+    assert results[1].num_cached_tokens == 8
+    assert_pool_full(llm)

@@ -1,0 +1,59 @@
+"""Quantized K/V pages: what a write stores is what `mx.quantize` makes of the values, the
+bytes per token, and the settings refused with a reason."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlx_paged.engine.config import EngineConfig
+from mlx_paged.kernels.paged_attention_reference import gather_pages
+from mlx_paged.kernels.quantized_pages import (
+    QuantizedPages,
+    check_kv_quantization,
+    page_bytes_per_token,
+)
+from mlx_paged.kv.paged_cache import PagedKVPool, split_slots
+
+
+@pytest.mark.parametrize("bits,group", [(8, 32), (8, 64), (4, 32), (4, 64)])
+def test_written_values_read_back_as_mlx_dequantizes_them(bits, group):
+    pool = PagedKVPool(1, 6, 4, 2, 64, mx.bfloat16, k_bits=bits, v_bits=16, group_size=group)
+    keys = mx.random.normal((1, 2, 5, 64), key=mx.random.key(bits + group)).astype(mx.bfloat16)
+    values = keys + 1
+    pool.write(0, keys, values, split_slots(list(range(8, 13)), 4))  # blocks 2 and 3
+    got = gather_pages(pool.k_pages[0], mx.array([[2, 3]]))[:, :, :5]
+    want = mx.dequantize(*mx.quantize(keys, group_size=group, bits=bits), group_size=group,
+                         bits=bits)  # fmt: skip
+    np.testing.assert_array_equal(got.astype(mx.float32), want.astype(mx.float32))
+    assert isinstance(pool.k_pages[0], QuantizedPages) and pool.k_pages[0].shape == (6, 4, 2, 64)
+    # V stays in the model's dtype, exactly.
+    v = gather_pages(pool.v_pages[0], mx.array([[2, 3]]))[:, :, :5]
+    np.testing.assert_array_equal(v.astype(mx.float32), values.astype(mx.float32))
+
+
+def test_bytes_per_token_count_values_scales_and_biases():
+    assert page_bytes_per_token(8, 64, mx.bfloat16, 16, 64) == 8 * 64 * 2
+    assert page_bytes_per_token(8, 64, mx.bfloat16, 8, 64) == 8 * (64 + 2 * 1 * 2)
+    assert page_bytes_per_token(8, 64, mx.bfloat16, 4, 32) == 8 * (32 + 2 * 2 * 2)
+    pool = PagedKVPool(3, 10, 16, 8, 64, mx.bfloat16, k_bits=8, v_bits=4, group_size=32)
+    per_token = 3 * (page_bytes_per_token(8, 64, mx.bfloat16, 8, 32)
+                     + page_bytes_per_token(8, 64, mx.bfloat16, 4, 32))  # fmt: skip
+    assert pool.nbytes == 10 * 16 * per_token
+
+
+def test_settings_the_pages_cannot_take_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match="take 16, 8, 4 bits, not 6"):
+        check_kv_quantization(6, 16, 64, 64)
+    with pytest.raises(ValueError, match="32 or 64"):
+        check_kv_quantization(8, 8, 128, 64)
+    with pytest.raises(ValueError, match="head dim .96. is not a multiple"):
+        check_kv_quantization(8, 8, 64, 96)
+    check_kv_quantization(16, 16, 64, 96)  # unquantized pages take any head dim
+    with pytest.raises(ValueError, match="BatchKVCache has no to_quantized"):
+        EngineConfig(kv_paged=False, kv_bits=8)
+    with pytest.raises(ValueError, match="kv_bits_v must be one of"):
+        EngineConfig(kv_bits_v=2)
+    config = EngineConfig(kv_bits=8, kv_bits_v=4)
+    assert (config.k_bits, config.v_bits) == (8, 4)
