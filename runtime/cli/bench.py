@@ -27,6 +27,7 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     _add_decode(sub)
     _add_serve(sub)
     _add_prefill(sub)
+    _add_kv_quality(sub)
 
 
 def _add_random_llama_model(p: argparse.ArgumentParser) -> None:
@@ -251,3 +252,18 @@ def _add_prefill(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default="bench/out/prefill.json", help="JSON results file")
     p.set_defaults(run=_bench("prefill"))
+
+
+def _add_kv_quality(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "kv-quality",
+        help="quality of quantized K/V pages: perplexity, KL and greedy agreement vs 16-bit",
+    )
+    p.add_argument("--model", default=None, help="model (default: the embedded SmolLM2)")
+    p.add_argument("--tokens", type=int, default=1024, help="tokens of held-out text scored")
+    p.add_argument("--chunk", type=int, default=128, help="tokens per forward (>= 2)")
+    p.add_argument("--group-size", type=int, choices=[32, 64], default=64)
+    p.add_argument("--prompt", type=int, default=64, help="prompt tokens of the greedy runs")
+    p.add_argument("--new", type=int, default=64, help="greedy tokens generated per setting")
+    p.add_argument("--out", default="bench/out/kv-quality.json", help="JSON results file")
+    p.set_defaults(run=_bench("kv_quality"))
