@@ -5,12 +5,15 @@ BatchGenerator, on one seeded workload, measured by running each of them.
 Workload (seeded): prompt lengths log-normal (median 192 tokens, sigma 0.8, clipped to
 [16, 1536]); output lengths uniform in [32, 384]; EOS ignored, so every request produces its
 full output. The model is a small random-weight llama built offline (its weights do not change
-memory behaviour; its KV layout is 2 layers x 4 KV heads x 32 dims, float32).
+memory behaviour; its KV layout is 2 layers x 4 KV heads x 64 dims, bfloat16).
 
 Paged: the pool is the budget and the scheduler admits and preempts against it, so its
 concurrency is measured directly. The contiguous path and BatchGenerator have no KV budget; they
 run with a fixed decode batch cap, and the table reports how many of their sequences the budget
 holds at the allocation they were measured to need per running sequence.
+
+With `--kv-bits 16 8 4`, the paged path also runs with quantized pages (groups of 64) at the
+same budget in bytes, so the sequences they hold are measured the same way.
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ CONFIG = {
     "intermediate_size": 256,
     "num_attention_heads": 8,
     "num_key_value_heads": 4,
-    "head_dim": 32,
+    "head_dim": 64,
     "rms_norm_eps": 1e-5,
     "rope_theta": 10000.0,
     "tie_word_embeddings": True,
     "max_position_embeddings": 4096,
     "vocab_size": 512,
 }
+KV_GROUP_SIZE = 64
 
 
 def build_model(out: Path) -> Path:
@@ -62,9 +66,19 @@ def build_model(out: Path) -> Path:
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|eos|>").save_pretrained(str(out))
     mx.random.seed(0)
     model = llama.Model(llama.ModelArgs.from_dict(CONFIG))
+    model.set_dtype(mx.bfloat16)
     save_model(out, model)
     save_config({**CONFIG, "eos_token_id": 0}, config_path=out / "config.json")
     return out
+
+
+def kv_bytes_per_token(kv_bits: int = 16) -> int:
+    """KV bytes one token of the benchmark model takes, K and V of every layer."""
+    from mlx_paged.kernels.quantized_pages import page_bytes_per_token
+
+    heads, dim = CONFIG["num_key_value_heads"], CONFIG["head_dim"]
+    per_layer = page_bytes_per_token(heads, dim, mx.bfloat16, kv_bits, KV_GROUP_SIZE)
+    return 2 * CONFIG["num_hidden_layers"] * per_layer
 
 
 def workload(n: int, seed: int) -> list[tuple[list[int], int]]:
@@ -105,9 +119,10 @@ class Trace:
         }
 
 
-def run_paged(model_dir, jobs, budget, block_size, bytes_per_token) -> Trace:
+def run_paged(model_dir, jobs, budget, block_size, kv_bits: int = 16) -> Trace:
     from mlx_paged import LLM, SamplingParams
 
+    bytes_per_token = kv_bytes_per_token(kv_bits)
     block_bytes = block_size * bytes_per_token
     llm = LLM(
         str(model_dir),
@@ -116,6 +131,8 @@ def run_paged(model_dir, jobs, budget, block_size, bytes_per_token) -> Trace:
         num_blocks=budget // block_bytes + 1,
         max_num_seqs=256,
         max_num_prefill_seqs=8,
+        kv_bits=kv_bits,
+        kv_group_size=KV_GROUP_SIZE,
     )
     engine, trace = llm.engine, Trace()
     for prompt, n in jobs:
@@ -178,24 +195,23 @@ def run_batch_generator(model_dir, jobs, cap, bytes_per_token) -> Trace:
 
 
 def main(args) -> int:
-    bytes_per_token = (
-        2 * CONFIG["num_hidden_layers"] * CONFIG["num_key_value_heads"] * CONFIG["head_dim"] * 4
-    )
+    bytes_per_token = kv_bytes_per_token()
     budget = args.budget_tokens * bytes_per_token
     jobs = workload(args.requests, args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = build_model(Path(tmp))
         results = {
-            "paged": run_paged(model_dir, jobs, budget, args.block_size, bytes_per_token).summary(
-                budget, True
-            ),
-            "contiguous": run_contiguous(model_dir, jobs, args.cap, bytes_per_token).summary(
-                budget, False
-            ),
-            "mlx_lm_batch_generator": run_batch_generator(
-                model_dir, jobs, args.cap, bytes_per_token
-            ).summary(budget, False),
+            ("paged" if bits == 16 else f"paged_kv{bits}"): run_paged(
+                model_dir, jobs, budget, args.block_size, bits
+            ).summary(budget, True)
+            for bits in sorted(set(args.kv_bits) | {16}, reverse=True)
         }
+        results["contiguous"] = run_contiguous(model_dir, jobs, args.cap, bytes_per_token).summary(
+            budget, False
+        )
+        results["mlx_lm_batch_generator"] = run_batch_generator(
+            model_dir, jobs, args.cap, bytes_per_token
+        ).summary(budget, False)
     print(
         f"KV budget {budget / 2**20:.1f} MiB ({args.budget_tokens} tokens), {args.requests} "
         f"requests, seed {args.seed}, block size {args.block_size}, cap {args.cap}"
@@ -209,6 +225,11 @@ def main(args) -> int:
             f"{name:24s} {r['sequences_at_budget']:15.1f} {r['mean_running']:13.1f} "
             f"{r['peak_running']:13d} {100 * r['waste_fraction']:8.1f}%"
         )
+    base = results["paged"]["sequences_at_budget"]
+    for bits in args.kv_bits:
+        if bits != 16:
+            seqs = results[f"paged_kv{bits}"]["sequences_at_budget"]
+            print(f"{bits}-bit pages: {seqs / base:.2f}x the sequences of 16-bit pages")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -220,6 +241,7 @@ def main(args) -> int:
                 "seed": args.seed,
                 "block_size": args.block_size,
                 "cap": args.cap,
+                "kv_group_size": KV_GROUP_SIZE,
                 "workload": "prompt ~ lognormal(median 192, sigma 0.8) in [16, 1536]; "
                 "output ~ uniform[32, 384]; EOS ignored",
                 "model": CONFIG,

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .report_decode import DECODE_RUNS, decode
+from .report_kv import kv_quality
 from .report_serve import CPU_SERVE_RUN, PREFILL_RUN, SERVE_RUN, cpu_serve, prefill, serve
 from .report_table import table as _table
 
@@ -121,11 +122,17 @@ Results: `bench/results/h200-kernels.json` (plot: `h200-kernels.png`).
 
 
 def memory(run: dict) -> str:
-    names = {
-        "paged": f"paged (block {run['block_size']})",
-        "contiguous": "contiguous, left-padded (`--kv-paged off`)",
-        "mlx_lm_batch_generator": "mlx-lm `BatchGenerator`",
-    }
+    names = {"paged": f"paged (block {run['block_size']})"}
+    group = run.get("kv_group_size")
+    base = run["results"]["paged"]["sequences_at_budget"]
+    for bits in (8, 4):
+        if f"paged_kv{bits}" in run["results"]:
+            seqs = run["results"][f"paged_kv{bits}"]["sequences_at_budget"]
+            names[f"paged_kv{bits}"] = (
+                f"paged, {bits}-bit pages (groups of {group}): {seqs / base:.2f}x 16-bit"
+            )
+    names["contiguous"] = "contiguous, left-padded (`--kv-paged off`)"
+    names["mlx_lm_batch_generator"] = "mlx-lm `BatchGenerator`"
     rows = [
         [
             label,
@@ -145,10 +152,11 @@ What: how many sequences fit in the same KV memory. Budget {run["budget_tokens"]
 requests of the seeded workload ({run["workload"]}), a random-weight llama built offline.
 Waste = 1 − bytes holding a token / bytes allocated, over every engine step. The paths without
 a KV budget run with a decode batch cap of {run["cap"]}; for them "sequences at the budget" is
-the budget over their allocation per running sequence.
+the budget over their allocation per running sequence. Quantized pages run at the same budget
+in bytes.
 
 ```bash
-mlx-paged bench memory
+mlx-paged bench memory --kv-bits 16 8 4
 ```
 
 Results: `bench/results/cpu-memory-density.json` (CPU; memory does not depend on the device).
@@ -247,6 +255,7 @@ SECTIONS = (
     Section((SERVE_RUN,), serve),
     Section((CPU_SERVE_RUN,), cpu_serve),
     Section(("cpu-memory-density.json",), memory),
+    Section(("cpu-kv-quality-smollm2.json",), kv_quality),
     Section(("cpu-prefix-cache-smollm2.json",), prefix_cache),
     Section(("cpu-throughput-smollm2.json",), throughput),
 )

@@ -63,6 +63,14 @@ def _add_memory(sub: argparse._SubParsersAction) -> None:
         default=16,
         help="decode batch cap for the paths without a KV budget (default 16)",
     )
+    p.add_argument(
+        "--kv-bits",
+        type=int,
+        nargs="+",
+        choices=[16, 8, 4],
+        default=[16],
+        help="bits per K/V value of the paged runs, e.g. 16 8 4 (default 16)",
+    )
     p.add_argument("--out", default="bench/out/memory.json", help="JSON results file")
     p.set_defaults(run=_bench("memory"))
 

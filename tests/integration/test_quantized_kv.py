@@ -8,6 +8,7 @@ from mlx_lm import stream_generate
 from tiny_models import build_model
 
 from mlx_paged import LLM, SamplingParams
+from mlx_paged.engine.metrics import render_prometheus
 
 # Prompts of 2+ tokens: mlx-lm quantizes its cache after the first forward, so a 1-token
 # prompt's first token attends at full precision there, and over quantized pages here.
@@ -47,11 +48,15 @@ def test_quantized_pages_give_mlx_lm_quantized_cache_tokens(model_dir, bits, gro
     ratio = (64 * 4) / (64 * bits / 8 + 2 * (64 // group) * 4)
     assert pool.num_blocks == pytest.approx(plain_pool.num_blocks * ratio, rel=0.01)
     assert pool.num_blocks > plain_pool.num_blocks * 3
+    # /metrics: 2 layers x 2 KV heads x (K + V) of one token.
+    per_token = 2 * 2 * 2 * (64 * bits // 8 + 2 * (64 // group) * 4)
+    assert f"mlx_paged_kv_bytes_per_token {per_token}" in render_prometheus(llm.engine)
 
 
-def test_prefix_hits_and_preemption_over_quantized_pages(model_dir):
-    """K8/V4 pages: a warm run hits the prefix cache, a tight pool preempts and recomputes,
-    and both give the tokens of a roomy cold run."""
+@pytest.mark.parametrize("compile_decode", ["off", "on"], ids=["eager", "compiled"])
+def test_prefix_hits_and_preemption_over_quantized_pages(model_dir, compile_decode):
+    """K8/V4 pages: a warm run hits the prefix cache, a tight pool preempts and recomputes
+    (eager or replaying compiled decode steps), and both give the tokens of a roomy cold run."""
     settings = dict(block_size=4, kv_bits_k=8, kv_bits_v=4, kv_group_size=32)
     roomy = LLM(str(model_dir), num_blocks=128, **settings)
     prompts = [roomy.tokenizer.encode(t) for t in TEXTS * 2]
@@ -61,7 +66,7 @@ def test_prefix_hits_and_preemption_over_quantized_pages(model_dir):
     assert [r.token_ids for r in warm] == cold
     assert all(r.num_cached_tokens > 0 for p, r in zip(prompts, warm) if len(p) > 4)
     assert any(len(p) > 4 for p in prompts)
-    tight = LLM(str(model_dir), num_blocks=14, **settings)
+    tight = LLM(str(model_dir), num_blocks=14, compile_decode=compile_decode, **settings)
     assert [r.token_ids for r in tight.generate(prompts, params)] == cold
     assert tight.engine.metrics.preemptions_total > 0
     pool = tight.engine.runner.pool
