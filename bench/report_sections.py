@@ -127,9 +127,13 @@ def memory(run: dict) -> str:
     base = run["results"]["paged"]["sequences_at_budget"]
     for bits in (8, 4):
         if f"paged_kv{bits}" in run["results"]:
-            seqs = run["results"][f"paged_kv{bits}"]["sequences_at_budget"]
+            r = run["results"][f"paged_kv{bits}"]
+            bound = " (all requests fit at once: the workload bounds it)" * (
+                r["peak_running"] >= run["requests"]
+            )
             names[f"paged_kv{bits}"] = (
-                f"paged, {bits}-bit pages (groups of {group}): {seqs / base:.2f}x 16-bit"
+                f"paged, {bits}-bit pages (groups of {group}): "
+                f"{r['sequences_at_budget'] / base:.2f}x 16-bit{bound}"
             )
     names["contiguous"] = "contiguous, left-padded (`--kv-paged off`)"
     names["mlx_lm_batch_generator"] = "mlx-lm `BatchGenerator`"
