@@ -128,8 +128,9 @@ def memory(run: dict) -> str:
     for bits in (8, 4):
         if f"paged_kv{bits}" in run["results"]:
             r = run["results"][f"paged_kv{bits}"]
-            bound = " (all requests fit at once: the workload bounds it)" * (
-                r["peak_running"] >= run["requests"]
+            every_request_fit = r["peak_running"] >= run["requests"]
+            bound = (
+                " (all requests fit at once: the workload bounds it)" if every_request_fit else ""
             )
             names[f"paged_kv{bits}"] = (
                 f"paged, {bits}-bit pages (groups of {group}): "
