@@ -64,7 +64,7 @@ class QuantizedPages(NamedTuple):
         offsets in the block); returns the pages, updated in place."""
         quantized = mx.quantize(values, group_size=self.group_size, bits=self.bits)
         for page, new in zip(self[:3], quantized):
-            page[slots] = new.astype(page.dtype)  # in place: the scatter may reuse the buffer
+            page[slots] = new  # in place: the scatter may reuse the buffer
         return self
 
 

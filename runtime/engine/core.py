@@ -191,13 +191,12 @@ class Engine(EngineInbox, StepRecovery):
         """Meet every prefill attention shape before serving, on the calling thread: where the
         pool buckets them (CUDA), once per thread that steps (`PrefillShapes.warm_up`)."""
         shapes = self.runner.pool.prefill_shapes if self.kv is not None else None
-        if shapes is not None:
-            with mx.stream(self._stream):
-                shapes.warm_up(
-                    self.config.max_num_prefill_seqs,
-                    self.config.prefill_step_size,
-                    min(self.max_model_len, self.limits.pool_tokens),
-                )
+        if shapes is not None:  # returns at once on a thread already warmed
+            shapes.warm_up(
+                self.config.max_num_prefill_seqs,
+                self.config.prefill_step_size,
+                min(self.max_model_len, self.limits.pool_tokens),
+            )
 
     def step(self) -> None:
         """One continuous-batching step: decode the running rows, then the prompt work."""
@@ -217,9 +216,10 @@ class Engine(EngineInbox, StepRecovery):
         if preempted:
             self.runner.remove(preempted)
             self.metrics.preemptions_total += len(preempted)
-        decoding = {id(r) for r in rows}
-        started = [r for r in started if id(r) in decoding]
-        self.metrics.prompt_tokens_total += len(started)
+        if started:  # a row preempted right away is not starting after all
+            decoding = {id(r) for r in rows}
+            started = [r for r in started if id(r) in decoding]
+            self.metrics.prompt_tokens_total += len(started)
         if rows:
             tic = time.perf_counter()
             self._deliver(self.runner.decode(rows))

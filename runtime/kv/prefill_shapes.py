@@ -22,6 +22,8 @@ import time
 
 import mlx.core as mx
 
+from mlx_paged.runner.block_table import bucket as pow2_bucket
+
 logger = logging.getLogger(__name__)
 
 MIN_BUCKET = 64  # the smallest query/key bucket
@@ -33,11 +35,7 @@ _QUERY_MARK = 64.0
 
 def bucket(n: int) -> int:
     """The power of two at or above `n`, at least `MIN_BUCKET`."""
-    return max(MIN_BUCKET, 1 << (max(n, 1) - 1).bit_length())
-
-
-def _pow2(n: int) -> int:
-    return 1 << (max(n, 1) - 1).bit_length()
+    return pow2_bucket(n, MIN_BUCKET)
 
 
 class PrefillShapes:
@@ -53,7 +51,7 @@ class PrefillShapes:
     def attend_own(self, queries, keys, values, scale: float) -> mx.array:
         """Causal SDPA of rows over their own K/V, batch and width padded to buckets."""
         b, _, w, _ = queries.shape
-        pads = ((0, _pow2(b) - b), (0, 0), (0, bucket(w) - w), (0, 0))
+        pads = ((0, pow2_bucket(b) - b), (0, 0), (0, bucket(w) - w), (0, 0))
         q, k, v = (mx.contiguous(mx.pad(x, pads)) for x in (queries, keys, values))
         out = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask="causal")
         return out[:b, :, :w]
@@ -90,7 +88,9 @@ class PrefillShapes:
         up to `max_rows` rows of up to `max_width` tokens and contexts up to `max_len`."""
         first, last = MIN_BUCKET.bit_length() - 1, bucket(max_width).bit_length()
         widths = [1 << i for i in range(first, last)]
-        out = [("own", 1 << i, w) for i in range(_pow2(max_rows).bit_length()) for w in widths]
+        out = [
+            ("own", 1 << i, w) for i in range(pow2_bucket(max_rows).bit_length()) for w in widths
+        ]
         if self.rows_bucketed:
             for q in widths:
                 longest = bucket(max_len + q - 1)
