@@ -20,6 +20,7 @@ from mlx_paged.codegen.build import KernelRenderError
 from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
 from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
 from mlx_paged.kernels.paged_attention_reference import paged_attention_reference
+from mlx_paged.kernels.quantized_pages import QuantizedPages, page_bytes_per_token
 
 from .kernel_peers import time_peers
 from .kernel_plot import plot, print_row
@@ -38,6 +39,7 @@ _DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32
 
 
 PEERS = ("paged_read", "mlx_sdpa", "torch_sdpa")
+PLAIN_COLUMN = "paged_16bit"  # quantized sweeps: the routed kernel on the 16-bit pages
 # `--pipelined`: chained calls evaluated this many at a time, each batch's evaluation started
 # before the next is built (fewer than one decode step's attention calls in small models).
 PIPELINE_CALLS = 8
@@ -45,10 +47,13 @@ PIPELINE_CALLS = 8
 
 def paged_runs(args) -> dict[str, dict]:
     """Every paged-kernel column of a sweep: its name and its `paged_attention_decode` options
-    (the routed kernel as `paged`, each `--kernel` forced as `paged_<kernel>`)."""
+    (the routed kernel as `paged`, each `--kernel` forced as `paged_<kernel>`; on quantized
+    pages, also the routed kernel over the same values at 16 bits as `paged_16bit`)."""
     runs = {"paged": {}}
     for kernel in getattr(args, "kernel", []):
         runs[f"paged_{kernel}"] = dict(kernel=kernel)
+    if getattr(args, "kv_bits", 16) < 16:
+        runs[PLAIN_COLUMN] = {}
     return runs
 
 
@@ -74,7 +79,9 @@ class Problem:
     tables: mx.array
     lens: mx.array
     scale: float
-    kv_bytes: int
+    kv_bytes: int  # K and V of every row at 16 bits
+    read: tuple  # the pages the paged columns and the reference read: quantized, or the above
+    read_bytes: int  # K and V of every row as `read` holds them, scales and biases included
 
 
 def _problem(batch: int, context: int, args) -> Problem:
@@ -86,7 +93,22 @@ def _problem(batch: int, context: int, args) -> Problem:
         head_major_pages=getattr(args, "head_major_pages", False),
     )  # fmt: skip
     kv_bytes = 2 * batch * context * args.num_kv_heads * args.head_dim * dtype.size
-    return Problem(q, k_pages, v_pages, tables, lens, args.head_dim**-0.5, kv_bytes)
+    bits, group = getattr(args, "kv_bits", 16), getattr(args, "kv_group_size", 32)
+    read = tuple(
+        QuantizedPages(*mx.quantize(p, group_size=group, bits=bits), bits, group) if bits < 16
+        else p for p in (k_pages, v_pages)
+    )  # fmt: skip
+    per_token = page_bytes_per_token(args.num_kv_heads, args.head_dim, dtype, bits, group)
+    read_bytes = 2 * batch * context * per_token
+    return Problem(q, k_pages, v_pages, tables, lens, args.head_dim**-0.5, kv_bytes, read,
+                   read_bytes)  # fmt: skip
+
+
+def _bytes_read(problem: Problem, name: str) -> int:
+    """The K/V bytes column `name` reads: the quantized pages' for the paged columns and the
+    reference, the 16-bit bytes for the rest."""
+    paged = name.startswith("paged") and name not in (PLAIN_COLUMN, "paged_read")
+    return problem.read_bytes if paged or name == "gather_sdpa" else problem.kv_bytes
 
 
 def _attention_runs(problem: Problem, args) -> dict:
@@ -94,18 +116,21 @@ def _attention_runs(problem: Problem, args) -> dict:
     `--chained` can feed each call's output to the next), minus `--skip`s."""
     p = problem
 
-    def paged(**options):
+    def paged(pages, **options):
         return lambda queries: paged_attention_decode(
-            queries, p.k_pages, p.v_pages, p.tables, p.lens, scale=p.scale, **options
+            queries, *pages, p.tables, p.lens, scale=p.scale, **options
         )
 
     def gather_sdpa(queries):
         positions = (p.lens - 1)[:, None]
         return paged_attention_reference(
-            queries, p.k_pages, p.v_pages, p.tables, p.lens, positions, scale=p.scale
+            queries, *p.read, p.tables, p.lens, positions, scale=p.scale
         )
 
-    kernels = {name: paged(**options) for name, options in paged_runs(args).items()}
+    kernels = {
+        name: paged((p.k_pages, p.v_pages) if name == PLAIN_COLUMN else p.read, **options)
+        for name, options in paged_runs(args).items()
+    }
     skip = set(getattr(args, "skip", []))
     return {
         name: gather_sdpa if name == "gather_sdpa" else kernels[name]
@@ -130,8 +155,9 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
     """Time every method at one shape; the row of the results table."""
     problem = _problem(batch, context, args)
     timed = _timer(args)
-    row = {"batch": batch, "context": context, "kv_bytes": problem.kv_bytes, "us": {},
-           "tb_s": {}, "max_abs_diff_vs_paged": {}}  # fmt: skip
+    row = {"batch": batch, "context": context, "kv_bytes": problem.kv_bytes,
+           "read_bytes": problem.read_bytes, "us": {}, "tb_s": {},
+           "max_abs_diff_vs_paged": {}}  # fmt: skip
     runs, outputs = _attention_runs(problem, args), {}
     for name, fn in list(runs.items()):
         try:
@@ -149,7 +175,9 @@ def bench_shape(batch: int, context: int, args, torch_ok: bool) -> dict:
         row["us"]["paged_read"] = time_mlx(read) * 1e6
     time_peers(problem, context, args, torch_ok and "torch_sdpa" not in skip, timed, row, outputs)
     _compare(row, outputs)
-    row["tb_s"] = {name: problem.kv_bytes / (us * 1e-6) / 1e12 for name, us in row["us"].items()}
+    row["tb_s"] = {
+        name: _bytes_read(problem, name) / (us * 1e-6) / 1e12 for name, us in row["us"].items()
+    }
     mx.clear_cache()
     return row
 
@@ -224,7 +252,7 @@ def _result(args, rows: list, copy: dict, floor: dict, torch_ok: bool) -> dict:
     return {
         "title": (
             f"paged decode attention, {args.num_heads}q/{args.num_kv_heads}kv heads, "
-            f"hd{args.head_dim}, {args.dtype}, block {args.block_size}, "
+            f"hd{args.head_dim}, {args.dtype}{_bits_title(args)}, block {args.block_size}, "
             f"{device or current_backend()}"
         ),
         "backend": current_backend(),
@@ -238,3 +266,8 @@ def _result(args, rows: list, copy: dict, floor: dict, torch_ok: bool) -> dict:
         "config": {k: v for k, v in vars(args).items() if k != "run"},
         "rows": rows,
     }
+
+
+def _bits_title(args) -> str:
+    bits = getattr(args, "kv_bits", 16)
+    return f" pages at {bits} bits (groups of {args.kv_group_size})" if bits < 16 else ""

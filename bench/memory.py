@@ -97,23 +97,29 @@ class Trace:
     running: list[int] = field(default_factory=list)
     allocated: list[int] = field(default_factory=list)
     used: list[int] = field(default_factory=list)
+    # running counts of the steps where requests waited for KV: there the budget binds
+    bound: list[int] = field(default_factory=list)
 
-    def add(self, running: int, allocated: int, used: int) -> None:
+    def add(self, running: int, allocated: int, used: int, waiting: int = 0) -> None:
         if running:
             self.running.append(running)
             self.allocated.append(allocated)
             self.used.append(used)
+            if waiting:
+                self.bound.append(running)
 
     def summary(self, budget: int, enforced: bool) -> dict:
         waste = 1 - sum(self.used) / max(sum(self.allocated), 1)
         per_seq = sum(self.allocated) / max(sum(self.running), 1)
+        at_budget = statistics.mean(self.bound or self.running) if enforced else budget / per_seq
         return {
             "mean_running": statistics.mean(self.running),
             "peak_running": max(self.running),
             "peak_allocated_bytes": max(self.allocated),
             "waste_fraction": waste,
             "allocated_bytes_per_running_seq": per_seq,
-            "sequences_at_budget": statistics.mean(self.running) if enforced else budget / per_seq,
+            "sequences_at_budget": at_budget,
+            "budget_bound_steps": len(self.bound),
             "budget_enforced": enforced,
             "steps": len(self.running),
         }
@@ -147,6 +153,7 @@ def run_paged(model_dir, jobs, budget, block_size, kv_bits: int = 16) -> Trace:
             len(engine.scheduler.running),
             (pool.num_usable_blocks - pool.num_free_blocks) * block_bytes,
             used,
+            len(engine.scheduler.waiting),
         )
     return trace
 

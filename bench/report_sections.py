@@ -128,10 +128,8 @@ def memory(run: dict) -> str:
     for bits in (8, 4):
         if f"paged_kv{bits}" in run["results"]:
             r = run["results"][f"paged_kv{bits}"]
-            every_request_fit = r["peak_running"] >= run["requests"]
-            bound = (
-                " (all requests fit at once: the workload bounds it)" if every_request_fit else ""
-            )
+            unbound = r.get("budget_bound_steps", 0) == 0
+            bound = " (no request waited: the workload bounds it)" if unbound else ""
             names[f"paged_kv{bits}"] = (
                 f"paged, {bits}-bit pages (groups of {group}): "
                 f"{r['sequences_at_budget'] / base:.2f}x 16-bit{bound}"
@@ -157,8 +155,9 @@ What: how many sequences fit in the same KV memory. Budget {run["budget_tokens"]
 requests of the seeded workload ({run["workload"]}), a random-weight llama built offline.
 Waste = 1 − bytes holding a token / bytes allocated, over every engine step. The paths without
 a KV budget run with a decode batch cap of {run["cap"]}; for them "sequences at the budget" is
-the budget over their allocation per running sequence. Quantized pages run at the same budget
-in bytes.
+the budget over their allocation per running sequence. For the paged paths it is the mean
+number running over the steps where requests waited for KV, where the budget binds. Quantized
+pages run at the same budget in bytes.
 
 ```bash
 mlx-paged bench memory --kv-bits 16 8 4

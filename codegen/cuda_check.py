@@ -71,15 +71,20 @@ def _nvrtc():
 def wrap(defn: KernelDefinition) -> str:
     """The complete translation unit: shim, the body's header, and MLX's kernel signature."""
     dtype = CUDA.mlx_dtype_names[defn.spec.dtype]
+    spec = defn.spec
+    # Quantized pages come packed in 32-bit words.
+    packed = {f"{side}_pages": "uint32_t" for side, bits in (("k", getattr(spec, "k_bits", 16)),
+              ("v", getattr(spec, "v_bits", 16))) if bits < 16}  # fmt: skip
+    types = {**_ARG_TYPES, **packed}
     args = []
     for name in defn.input_names:
-        args.append(f"const {_ARG_TYPES.get(name, dtype)}* {name}")
+        args.append(f"const {types.get(name, dtype)}* {name}")
         args += [
             f"const __grid_constant__ Shape {name}_shape",
             f"const __grid_constant__ Strides {name}_strides",
             f"const __grid_constant__ int {name}_ndim",
         ]
-    args += [f"{_ARG_TYPES.get(name, dtype)}* {name}" for name in defn.output_names]
+    args += [f"{types.get(name, dtype)}* {name}" for name in defn.output_names]
     signature = ",\n    ".join(args)
     return (
         f'#include "{SHIM.name}"\n{defn.header}\nnamespace mlx::core::cu {{\n'

@@ -11,6 +11,8 @@ from .kernel_spec import (
     GQA_GROUPS,
     HEAD_DIMS,
     KERNELS,
+    QUANT_GROUP_SIZES,
+    QUANT_HEAD_DIMS,
     KernelSpec,
     UnsupportedSpecError,
 )
@@ -68,4 +70,29 @@ def representative_specs(backend: str) -> list[KernelSpec]:
                     rope=i % 2 == 0,
                 )
             )
+    return specs
+
+
+def quantized_specs(backend: str) -> list[KernelSpec]:
+    """A dozen dequantizing specs (SIMT kernels on quantized pages) in which each K/V bits pair,
+    group size, quantized head size, dtype, block size and window flag appears."""
+    pairs = [(8, 8), (4, 4), (8, 4), (4, 8), (16, 4), (8, 16)]
+    specs = []
+    for i, (k_bits, v_bits) in enumerate(pairs * 2):
+        name = ("decode_simt", "decode_simt_splitk")[i % 2]
+        specs.append(
+            KernelSpec(
+                name,
+                backend,
+                DTYPES[i % len(DTYPES)],
+                QUANT_HEAD_DIMS[i % len(QUANT_HEAD_DIMS)],
+                BLOCK_SIZES[i % len(BLOCK_SIZES)],
+                GQA_GROUPS[(3 * i) % len(GQA_GROUPS)],
+                KERNELS[name].partition_sizes[0] if i % 2 else 0,
+                i % 4 == 3,
+                k_bits=k_bits,
+                v_bits=v_bits,
+                group_size=QUANT_GROUP_SIZES[i // len(pairs)],
+            )
+        )
     return specs

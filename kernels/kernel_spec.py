@@ -11,6 +11,11 @@ HEAD_DIMS = (64, 80, 96, 128, 256)
 BLOCK_SIZES = (8, 16, 32)
 GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
 TENSOR_CORE_HEAD_DIMS = (64, 128)  # the head sizes the H200 sweeps measured
+# Quantized pages (`QuantizedPages`): bits per K and per V value (16: the model's dtype), and
+# the head sizes whose lanes each read 8 values, one whole group's slice (head_dim / 8 lanes).
+PAGE_BITS = (16, 8, 4)
+QUANT_GROUP_SIZES = (32, 64)
+QUANT_HEAD_DIMS = (64, 128, 256)
 
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
@@ -87,6 +92,9 @@ class KernelSpec:
     partition_size: int = 0
     sliding_window: bool = False
     rope: bool = False
+    k_bits: int = 16
+    v_bits: int = 16
+    group_size: int = 0  # of quantized pages; 0 when both are 16-bit
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -108,6 +116,28 @@ class KernelSpec:
             raise UnsupportedSpecError(f"{self.name}: the reduce pass takes no RoPE")
         if self.tensor_cores:  # which the fused merge's fences need too: CUDA only
             self._check_tensor_cores()
+        self._check_quantized()
+
+    def _check_quantized(self) -> None:
+        if self.k_bits not in PAGE_BITS or self.v_bits not in PAGE_BITS:
+            raise UnsupportedSpecError(f"{self.name}: pages take {PAGE_BITS} bits per value")
+        if not self.quantized:
+            if self.group_size:
+                raise UnsupportedSpecError(f"{self.name}: 16-bit pages take no group size")
+            return
+        if self.group_size not in QUANT_GROUP_SIZES:
+            raise UnsupportedSpecError(
+                f"{self.name}: quantized pages come in groups of {QUANT_GROUP_SIZES}"
+            )
+        reason = (
+            "the tensor-core kernels read 16-bit pages" if self.tensor_cores
+            else "the RoPE kernels write 16-bit pages" if self.rope
+            else "the reduce pass reads no pages" if self.is_reduce
+            else f"lanes of 8 values need head_dim {QUANT_HEAD_DIMS}"
+            if self.head_dim not in QUANT_HEAD_DIMS else None
+        )  # fmt: skip
+        if reason:
+            raise UnsupportedSpecError(f"{self.name}: no quantized pages here: {reason}")
 
     def _check_partition(self) -> None:
         sizes = KERNELS[self.kernel].partition_sizes
@@ -148,6 +178,8 @@ class KernelSpec:
         ]
         if self.partition_size:
             parts.append(f"p{self.partition_size}")
+        if self.quantized:
+            parts.append(f"k{self.k_bits}v{self.v_bits}gs{self.group_size}")
         if self.sliding_window:
             parts.append("sw")
         return "_".join(parts)
@@ -182,6 +214,11 @@ class KernelSpec:
         return self.split == "reduce"
 
     @property
+    def quantized(self) -> bool:
+        """K or V pages hold packed values with per-group scales and biases."""
+        return min(self.k_bits, self.v_bits) < 16
+
+    @property
     def partitioned(self) -> bool:
         return self.partition_size > 0
 
@@ -206,8 +243,9 @@ class KernelSpec:
         short_to_dtype = {v: k for k, v in _DTYPE_SHORT.items()}
         try:
             backend, dtype, hd, bs, g, *rest = fields
-            partition = int(rest[0].removeprefix("p")) if rest else 0
-            if len(rest) > 1 or (rest and not rest[0].startswith("p")):
+            partition = int(rest.pop(0).removeprefix("p")) if rest and rest[0][:1] == "p" else 0
+            bits = _parse_bits(rest.pop(0)) if rest else (16, 16, 0)
+            if rest:
                 raise ValueError(rest)
             values = (
                 short_to_dtype[dtype],
@@ -220,4 +258,11 @@ class KernelSpec:
                 f"{name!r} is not a kernel spec name (expected e.g. "
                 f"decode_simt_metal_bf16_hd128_bs16_g4)"
             ) from exc
-        return cls(kernel, backend, *values, partition, sliding, rope)
+        return cls(kernel, backend, *values, partition, sliding, rope, *bits)
+
+
+def _parse_bits(field: str) -> tuple[int, int, int]:
+    """`k8v4gs32` -> (8, 4, 32)."""
+    k, rest = field.removeprefix("k").split("v")
+    v, group = rest.split("gs")
+    return int(k), int(v), int(group)

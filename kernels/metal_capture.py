@@ -37,11 +37,18 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
             seq_lens,
         ] + window
         return inputs, [(seqs, heads, 1, spec.head_dim)], [dtype]
-    pages = mx.zeros((seqs * CAPTURE_PAGES, spec.block_size, kv_heads, spec.head_dim), dtype)
+    page_shape = (seqs * CAPTURE_PAGES, spec.block_size, kv_heads)
+    pages, quant = {}, []
+    for side, bits in (("k", spec.k_bits), ("v", spec.v_bits)):
+        if bits == 16:
+            pages[side] = mx.zeros((*page_shape, spec.head_dim), dtype)
+        else:  # packed values first; their scales and biases go last
+            pages[side] = mx.zeros((*page_shape, spec.head_dim * bits // 32), mx.uint32)
+            quant += 2 * [mx.zeros((*page_shape, spec.head_dim // spec.group_size), dtype)]
     inputs = [
         mx.zeros((seqs, heads, 1, spec.head_dim), dtype),
-        pages,
-        pages,
+        pages["k"],
+        pages["v"],
         mx.zeros((seqs, CAPTURE_PAGES), mx.int32),
         seq_lens,
         mx.array([1.0], dtype=mx.float32),
@@ -50,6 +57,7 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
     if spec.rope:
         inputs += [mx.zeros(new_token, dtype), mx.zeros(new_token, dtype)]
         inputs.append(mx.ones((spec.head_dim // 2,), mx.float32))
+    inputs += quant
     rotated = ([new_token], [dtype]) if spec.rope else ([], [])
     if spec.partitioned:
         shapes = [(seqs, heads, parts, spec.head_dim), (seqs, heads, parts), (seqs, heads, parts)]

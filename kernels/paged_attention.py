@@ -15,6 +15,7 @@ from mlx_paged.kernels.kernel_inputs import constant
 from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.paged_attention_plan import launch_plan
 from mlx_paged.kernels.paged_attention_routing import routed_specs
+from mlx_paged.kernels.quantized_pages import QuantizedPages
 
 # Every fused call counts its partitions on counters the previous call zeroed.
 _COUNTERS = CounterChain()
@@ -39,8 +40,8 @@ def _gpu_backend() -> str | None:
 
 def paged_attention_decode(
     queries: mx.array,
-    k_pages: mx.array,
-    v_pages: mx.array,
+    k_pages: mx.array | QuantizedPages,
+    v_pages: mx.array | QuantizedPages,
     block_tables: mx.array,
     seq_lens: mx.array,
     *,
@@ -57,7 +58,8 @@ def paged_attention_decode(
 
     Each row's one query sits at position `seq_lens[b] - 1` and sees keys `[0, seq_lens[b])`
     (the last `window` of them with a sliding window). Pages are `[num_blocks, block_size,
-    Hkv, D]`, row-contiguous; `block_tables` is `(B, max_blocks)` int32.
+    Hkv, D]`, row-contiguous, or `QuantizedPages` of that shape (the SIMT kernels dequantize
+    them in registers); `block_tables` is `(B, max_blocks)` int32.
 
     Args:
         kernel: run this kernel (a pass-1 name of `KERNELS`, for tests and benchmarks);
@@ -75,6 +77,7 @@ def paged_attention_decode(
     plan = _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backend, kernel,
                          partition_size)  # fmt: skip
     inputs = _inputs(queries, k_pages, v_pages, block_tables, seq_lens, scale, window, backend)
+    inputs += [a for p in (k_pages, v_pages) if isinstance(p, QuantizedPages) for a in p[1:3]]
     return _launch(plan, inputs, compiled, counters)[0]
 
 
@@ -131,7 +134,8 @@ def _inputs(queries, k_pages, v_pages, block_tables, seq_lens, scale, window, ba
     if seq_lens.dtype != mx.int32:
         seq_lens = seq_lens.astype(mx.int32)
     scale_input = constant(float(scale), mx.float32, backend)
-    inputs = [queries, k_pages, v_pages, block_tables, seq_lens, scale_input]
+    k_values, v_values = (_values(p) for p in (k_pages, v_pages))
+    inputs = [queries, k_values, v_values, block_tables, seq_lens, scale_input]
     if window is not None:
         inputs.append(constant(int(window), mx.int32, backend))
     return inputs
@@ -158,15 +162,33 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
     plan = launch_plan(
         backend, queries.dtype, num_seqs, num_heads, num_queries, head_dim, k_shape[1],
         k_shape[2], block_tables.shape[1], window is not None, kernel, partition_size, rope,
+        page_bits(k_pages, v_pages),
     )  # fmt: skip
     if sinks is not None:
         raise UnsupportedSpecError(f"{plan.name}: attention sinks are not implemented")
-    if k_shape[3] != head_dim or v_pages.shape != k_shape or k_pages.dtype != queries.dtype:
+    dtypes = {_values_dtype(p) for p in (k_pages, v_pages)}
+    if k_shape[3] != head_dim or v_pages.shape != k_shape or dtypes != {queries.dtype}:
         raise UnsupportedSpecError(
             f"{plan.name}: queries {queries.shape} {queries.dtype} do "
-            f"not match pages {k_pages.shape} {k_pages.dtype}"
+            f"not match pages {k_pages.shape} {dtypes}"
         )
     return plan
+
+
+def page_bits(k_pages, v_pages) -> tuple[int, int, int]:
+    """(K bits, V bits, group size) of the pages: 16 for pages of the model's dtype, and a
+    group size of 0 when neither is quantized."""
+    quantized = [p for p in (k_pages, v_pages) if isinstance(p, QuantizedPages)]
+    k_bits, v_bits = (p.bits if isinstance(p, QuantizedPages) else 16 for p in (k_pages, v_pages))
+    return k_bits, v_bits, quantized[0].group_size if quantized else 0
+
+
+def _values(pages) -> mx.array:
+    return pages.packed if isinstance(pages, QuantizedPages) else pages
+
+
+def _values_dtype(pages) -> mx.Dtype:
+    return pages.scales.dtype if isinstance(pages, QuantizedPages) else pages.dtype
 
 
 def warm_up(
@@ -178,16 +200,22 @@ def warm_up(
     sliding_window: bool,
     progress=None,
     rope: bool = False,
+    bits: tuple[int, int, int] = (16, 16, 0),
 ) -> list[KernelSpec]:
     """Compile every kernel a model's decode will call (`routed_specs`; with `rope`, their
-    `decode_rope_*` forms), one tiny call each.
+    `decode_rope_*` forms; on pages of `bits`, see `page_bits`), one tiny call each.
 
     NVRTC/Metal compile a spec on its first call (about 2 s each on CUDA); doing it at load keeps
     that out of the first requests. `progress(spec, seconds)` reports each one.
     """
-    specs = routed_specs(backend, dtype, head_dim, block_size, gqa, sliding_window, rope)
+    specs = routed_specs(backend, dtype, head_dim, block_size, gqa, sliding_window, rope, bits)
     window = 4 if sliding_window else None
-    pages = mx.zeros((17, block_size, 1, head_dim), dtype=dtype)
+    k_pages, v_pages = (
+        QuantizedPages.zeros((17, block_size, 1, head_dim), dtype, b, bits[2])
+        if b < 16
+        else mx.zeros((17, block_size, 1, head_dim), dtype=dtype)
+        for b in bits[:2]
+    )
     for spec in specs:
         if spec.is_reduce:
             continue  # it compiles with the pass 1 of its partition size
@@ -198,7 +226,7 @@ def warm_up(
             queries = mx.zeros((batch, gqa, 1, head_dim), dtype=dtype)
             tables = mx.array([[2 * b + 1, 2 * b + 2] for b in range(batch)], dtype=mx.int32)
             lens = mx.full((batch,), block_size + 1, dtype=mx.int32)
-            args = (pages, pages, tables, lens)
+            args = (k_pages, v_pages, tables, lens)
             forced = dict(scale=1.0, window=window, backend=backend, kernel=spec.kernel,
                           partition_size=spec.partition_size or None)  # fmt: skip
             if rope:

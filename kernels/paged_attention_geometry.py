@@ -13,6 +13,7 @@ from mlx_paged.codegen.environment import render, render_macro
 from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
 
 TEMPLATES = Path(__file__).resolve().parent
+QUANT_LANE_VALUES = 8  # head-dim values per lane on quantized pages
 
 
 @dataclass(frozen=True)
@@ -58,9 +59,12 @@ def geometry(spec: KernelSpec) -> Geometry:
     if spec.tensor_cores:
         return _tensor_core_geometry(spec, nsg)
     vec = 16 // spec.itemsize
-    # The widest power-of-two lane split whose lanes still hold a 16-byte vector each.
+    # The widest power-of-two lane split whose lanes still hold a 16-byte vector each; on
+    # quantized pages, 8 values a lane (whole 32-bit words at 4 and 8 bits, in one group).
     candidates = [p for p in (32, 16, 8, 4, 2, 1) if spec.head_dim % p == 0]
     tpr = next((p for p in candidates if spec.head_dim // p >= vec), candidates[-1])
+    if spec.quantized:
+        tpr = spec.head_dim // QUANT_LANE_VALUES
     if spec.block_size * tpr < 32:
         raise UnsupportedSpecError(
             f"{spec.name}: {tpr} lanes per row leave more rows per simdgroup than a block has"
@@ -130,6 +134,13 @@ def _pass_one(spec: KernelSpec, geo: Geometry, header: str, window: tuple) -> Ke
         outputs = ("out", "partials", *rotated, "counters_next")
     new_token = ("k_new", "v_new", "rope_inv_freq") if spec.rope else ()
     counters = ("counters",) if spec.fused_reduce else ()
+    # Quantized pages: `k_pages`/`v_pages` are the packed values; their scales and biases last.
+    quant = tuple(
+        f"{side}_{part}"
+        for side, bits in (("k", spec.k_bits), ("v", spec.v_bits))
+        if bits < 16
+        for part in ("scales", "biases")
+    )
     return KernelDefinition(
         name=spec.name,
         backend=spec.backend,
@@ -139,7 +150,8 @@ def _pass_one(spec: KernelSpec, geo: Geometry, header: str, window: tuple) -> Ke
         input_names=("queries", "k_pages", "v_pages", "block_tables", "seq_lens", "scale")
         + window
         + new_token
-        + counters,
+        + counters
+        + quant,
         output_names=outputs,
         threads_per_threadgroup=geo.nsg * 32,
         threadgroup_bytes=_threadgroup_bytes(geo.nsg, spec),

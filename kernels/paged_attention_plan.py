@@ -30,10 +30,11 @@ class LaunchPlan:
     (`CounterChain`).
 
     `launch(queries, k_pages, v_pages, block_tables, seq_lens, scale[, window][, k_new, v_new,
-    rope_inv_freq][, counters])` adds the plan's kernels to MLX's graph and returns a list: the
-    output, then the rotated key of a `rope` plan, then a fused plan's next counters. It is
-    `launch_eager` under `mx.compile`: traced once, each later call replays the kernel nodes
-    without rebuilding them (see `_launch_function`).
+    rope_inv_freq][, counters][, k_scales, k_biases][, v_scales, v_biases])` adds the plan's
+    kernels to MLX's graph and returns a list: the output, then the rotated key of a `rope`
+    plan, then a fused plan's next counters. It is `launch_eager` under `mx.compile`: traced
+    once, each later call replays the kernel nodes without rebuilding them (see
+    `_launch_function`).
     """
 
     name: str  # the pass-1 spec's name, for error messages
@@ -74,10 +75,11 @@ def launch_plan(
     kernel: str | None = None,
     partition_size: int | None = None,
     rope: bool = False,
+    bits: tuple[int, int, int] = (16, 16, 0),
 ) -> LaunchPlan:
     """The plan of one shape (see `paged_attention_decode` for the arguments; `rope`: the
-    `decode_rope_*` kernels); raises `UnsupportedSpecError` for a shape the kernels cannot
-    serve."""
+    `decode_rope_*` kernels; `bits`: K bits, V bits and group size of quantized pages);
+    raises `UnsupportedSpecError` for a shape the kernels cannot serve."""
     if num_heads % num_kv_heads:
         raise UnsupportedSpecError(
             f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads"
@@ -85,11 +87,12 @@ def launch_plan(
     groups = num_seqs * num_kv_heads
     table_tokens = table_blocks * block_size
     kernel, partition_size = _kernel_and_partition(
-        kernel, partition_size, backend, dtype, head_dim, block_size, groups, table_tokens
-    )
+        kernel, partition_size, backend, dtype, head_dim, block_size, groups, table_tokens,
+        min(bits[:2]) < 16,
+    )  # fmt: skip
     spec = KernelSpec(
         kernel, backend, dtype_name(dtype), head_dim, block_size, num_heads // num_kv_heads,
-        partition_size, sliding_window, rope,
+        partition_size, sliding_window, rope, *bits,
     )  # fmt: skip
     if num_queries != 1:
         raise UnsupportedSpecError(
@@ -111,7 +114,9 @@ def launch_plan(
         return LaunchPlan(
             spec.name, build(spec), grid, (tg, 1, 1), packed, True, counter_slots=groups, **shapes
         )
-    reduce = dataclasses.replace(spec, kernel="decode_reduce", rope=False)
+    reduce = dataclasses.replace(
+        spec, kernel="decode_reduce", rope=False, k_bits=16, v_bits=16, group_size=0
+    )
     partials = ((num_seqs, num_heads, num_partitions, head_dim),) + 2 * (
         (num_seqs, num_heads, num_partitions),
     )
@@ -122,12 +127,12 @@ def launch_plan(
 
 
 def _kernel_and_partition(
-    kernel, partition_size, backend, dtype, head_dim, block_size, groups, table_tokens
+    kernel, partition_size, backend, dtype, head_dim, block_size, groups, table_tokens, quantized
 ) -> tuple[str, int]:
     """The routed kernel and partition length, or the forced `kernel`'s (with the partition
     length routing would give it unless `partition_size` is set)."""
     if kernel is None:
-        return route(backend, dtype, head_dim, block_size, groups, table_tokens)
+        return route(backend, dtype, head_dim, block_size, groups, table_tokens, quantized)
     if kernel not in KERNELS or KERNELS[kernel].split == "reduce":
         raise UnsupportedSpecError(
             f"{kernel!r} is not a kernel to launch (pass 1 kernels: "

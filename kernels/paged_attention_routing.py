@@ -5,8 +5,8 @@
 | CUDA, bf16/fp16, head_dim 64/128, blocks 16/32  | `decode_tc_wide` | `decode_tc_splitk` p1024   |
 |   (`decode_tc` past 72 groups)                  |                  | past 16k tokens:           |
 |                                                 |                  | `decode_tc_splitk_direct`  |
-| everywhere else (Metal, fp32, other head sizes) | `decode_simt`    | `decode_simt_splitk` p512  |
-|                                                 |                  | + `decode_reduce`          |
+| everywhere else (Metal, fp32, other head sizes, | `decode_simt`    | `decode_simt_splitk` p512  |
+|   quantized pages)                              |                  | + `decode_reduce`          |
 
 "groups" are (sequence, KV head) pairs, one threadgroup each in a single pass.
 """
@@ -61,10 +61,13 @@ def dtype_name(dtype: mx.Dtype) -> str:
     return _DTYPE_NAMES[dtype]
 
 
-def tensor_cores_serve(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int) -> bool:
-    """Whether the tensor-core kernels are routed for this shape."""
+def tensor_cores_serve(
+    backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, quantized: bool = False
+) -> bool:
+    """Whether the tensor-core kernels are routed for this shape (they read 16-bit pages)."""
     return (
-        backend == "cuda"
+        not quantized
+        and backend == "cuda"
         and dtype in (mx.bfloat16, mx.float16)
         and head_dim in TENSOR_CORE_HEAD_DIMS
         and block_size % 16 == 0
@@ -90,11 +93,17 @@ def partition_size_for(kernel: str, groups: int, table_tokens: int) -> int:
 
 
 def route(
-    backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, groups: int, table_tokens: int
+    backend: str,
+    dtype: mx.Dtype,
+    head_dim: int,
+    block_size: int,
+    groups: int,
+    table_tokens: int,
+    quantized: bool = False,
 ) -> Route:
     """The kernel (and partition length) for `groups` (sequence, KV head) pairs over a block
-    table `table_tokens` wide; see the table above."""
-    if not tensor_cores_serve(backend, dtype, head_dim, block_size):
+    table `table_tokens` wide; see the table above. Quantized pages take the SIMT kernels."""
+    if not tensor_cores_serve(backend, dtype, head_dim, block_size, quantized):
         partitions = math.ceil(table_tokens / SIMT_PARTITION_SIZE)
         if (
             partitions == 1
@@ -127,10 +136,13 @@ def routed_specs(
     gqa: int,
     sliding_window: bool,
     rope: bool = False,
+    bits: tuple[int, int, int] = (16, 16, 0),
 ) -> list[KernelSpec]:
     """Every spec the routing can call for one attention shape (what `warm_up` compiles);
-    `rope`: their `decode_rope_*` forms (the reduce pass has none: it is shared)."""
-    if tensor_cores_serve(backend, dtype, head_dim, block_size):
+    `rope`: their `decode_rope_*` forms (the reduce pass has none: it is shared); `bits`: K
+    bits, V bits and group size of quantized pages (the reduce reads no pages)."""
+    quantized = min(bits[:2]) < 16
+    if tensor_cores_serve(backend, dtype, head_dim, block_size, quantized):
         names = ("decode_tc_wide", "decode_tc", "decode_tc_splitk", "decode_tc_splitk_direct")
     else:
         names = ("decode_simt", "decode_simt_splitk", "decode_reduce")
@@ -145,6 +157,7 @@ def routed_specs(
             size,
             sliding_window,
             rope and name != "decode_reduce",
+            *(bits if name != "decode_reduce" else (16, 16, 0)),
         )  # fmt: skip
         for name in names
         for size in KERNELS[name].partition_sizes or (0,)

@@ -51,10 +51,11 @@ def _add_memory(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--budget-tokens",
         type=int,
-        default=16384,
-        help="KV budget, in tokens of the benchmark model (default 16384)",
+        default=8192,
+        help="KV budget, in tokens of the benchmark model (default 8192)",
     )
-    p.add_argument("--requests", type=int, default=96)
+    # enough requests that every page width keeps some waiting, so the budget binds
+    p.add_argument("--requests", type=int, default=192)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument(
@@ -98,6 +99,15 @@ def _add_kernels(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    p.add_argument(
+        "--kv-bits",
+        type=int,
+        choices=[16, 8, 4],
+        default=16,
+        help="bits per K/V value of the pages; below 16 the paged columns read quantized "
+        "pages and paged_16bit times the same values at 16 bits (default 16)",
+    )
+    p.add_argument("--kv-group-size", type=int, choices=[32, 64], default=32)
     p.add_argument(
         "--pool-gb",
         type=float,

@@ -37,12 +37,14 @@ def device_memory_bytes() -> int:
 
 
 def select_decode_kernel(
-    layout: KVLayout, block_size: int, mode: str, quantized: bool = False
+    layout: KVLayout, block_size: int, mode: str, bits: tuple[int, int, int] = (16, 16, 0)
 ) -> str | None:
     """The backend whose generated kernel will run decode attention, or None for the reference.
 
     "auto" takes the kernel when MLX runs on a Metal/CUDA GPU and the model's shapes are ones
-    the kernels are generated for (else it logs why not); "kernel" raises instead.
+    the kernels are generated for (else it logs why not); "kernel" raises instead. `bits`: K
+    bits, V bits and group size of the pages. The dequantizing kernels run on "kernel" only,
+    until they have been checked against the reference on a GPU.
     """
     from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
     from mlx_paged.kernels.paged_attention import current_backend
@@ -57,10 +59,11 @@ def select_decode_kernel(
                 f"MLX runs on {mx.default_device()}, and the paged "
                 f"decode kernels need a Metal or CUDA GPU"
             )
-        if quantized:
+        if min(bits[:2]) < 16 and mode == "auto":
             raise UnsupportedSpecError(
-                "the K/V pages are quantized (--kv-bits below 16), which the generated "
-                "decode kernels do not read yet"
+                "the K/V pages are quantized (--kv-bits below 16), and the dequantizing "
+                "decode kernels have not yet been checked against the reference on a GPU; "
+                "--paged-attention kernel runs them"
             )
         if layout.num_heads is None or layout.num_heads % layout.num_kv_heads:
             raise UnsupportedSpecError(
@@ -77,6 +80,7 @@ def select_decode_kernel(
             block_size,
             layout.num_heads // layout.num_kv_heads,
             layout.sliding_window,
+            bits=bits,
         )
     except UnsupportedSpecError as exc:
         if mode == "kernel":
@@ -86,9 +90,11 @@ def select_decode_kernel(
     return backend
 
 
-def warm_up_kernels(backend: str, layout: KVLayout, block_size: int, rope: bool) -> None:
+def warm_up_kernels(
+    backend: str, layout: KVLayout, block_size: int, rope: bool, bits=(16, 16, 0)
+) -> None:
     """Compile every decode kernel the model will call (the `decode_rope_*` ones too when decode
-    steps fuse RoPE), logging each."""
+    steps fuse RoPE; the dequantizing ones on pages of `bits`), logging each."""
     from mlx_paged.kernels.paged_attention import warm_up
     from mlx_paged.kernels.paged_attention_routing import routed_specs
 
@@ -96,7 +102,7 @@ def warm_up_kernels(backend: str, layout: KVLayout, block_size: int, rope: bool)
     windows = (False, True) if layout.sliding_window else (False,)
     variants = [(w, r) for w in windows for r in ((False, True) if rope else (False,))]
     total = sum(
-        len(routed_specs(backend, layout.dtype, layout.head_dim, block_size, gqa, w, r))
+        len(routed_specs(backend, layout.dtype, layout.head_dim, block_size, gqa, w, r, bits))
         for w, r in variants
     )
     count = [0]
@@ -108,7 +114,7 @@ def warm_up_kernels(backend: str, layout: KVLayout, block_size: int, rope: bool)
     logger.info("paged decode attention: %s kernels; compiling %d specs", backend, total)
     for sliding, with_rope in variants:
         warm_up(backend, layout.dtype, layout.head_dim, block_size, gqa, sliding, progress,
-                rope=with_rope)  # fmt: skip
+                rope=with_rope, bits=bits)  # fmt: skip
 
 
 def cuda_prefill_shapes(layout: KVLayout) -> PrefillShapes | None:
@@ -192,13 +198,14 @@ def build_paged_path(
     num_blocks = _pool_blocks(block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens)
     pool = PagedKVPool(layout.num_layers, num_blocks, block_size, layout.num_kv_heads,
                        layout.head_dim, layout.dtype, k_bits, v_bits, kv_group_size)  # fmt: skip
-    pool.decode_backend = select_decode_kernel(layout, block_size, paged_attention, pool.quantized)
+    bits = (k_bits, v_bits, kv_group_size if min(k_bits, v_bits) < 16 else 0)
+    pool.decode_backend = select_decode_kernel(layout, block_size, paged_attention, bits)
     if mx.default_device() == mx.gpu and mx.cuda.is_available():
         pool.prefill_align = CUDA_PREFILL_ALIGN
         pool.prefill_shapes = cuda_prefill_shapes(layout)
     rope = enable_fused_rope(model, layout, pool, fused_rope)
     if pool.decode_backend is not None:
-        warm_up_kernels(pool.decode_backend, layout, block_size, rope)
+        warm_up_kernels(pool.decode_backend, layout, block_size, rope, bits)
     kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching)
     _log_pool(pool, block_bytes // block_size, enable_prefix_caching)
     compiled = compile_decode == "on" or (

@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 
 from mlx_paged.codegen.build import KernelDefinition
-from mlx_paged.kernels.catalog import all_specs, representative_specs
+from mlx_paged.kernels.catalog import all_specs, quantized_specs, representative_specs
 from mlx_paged.kernels.kernel_spec import KernelSpec
 from mlx_paged.kernels.paged_attention_geometry import define
 from mlx_paged.kernels.paged_attention_routing import routed_specs
@@ -39,6 +39,18 @@ def test_routed_cuda_kernels_compile_without_spilling():
     for spec in routed_specs("cuda", mx.bfloat16, 128, 16, 4, False):
         report = check_cuda_source(define(spec))
         assert report.spill_bytes == 0 and 0 < report.registers <= 255, (spec.name, report)
+
+
+def test_quantized_cuda_kernels_compile_without_spilling():
+    """Half-precision ones spill nothing; fp32 at head dim 256 may spill a little, as its plain
+    kernel does more (1,368 bytes at GQA 1)."""
+    for spec in quantized_specs("cuda"):
+        report = check_cuda_source(define(spec))
+        assert 0 < report.registers <= 255, (spec.name, report)
+        assert report.spill_bytes == 0 or spec.dtype == "float32", (spec.name, report)
+    unit = wrap(define(quantized_specs("cuda")[2]))  # K 8-bit, V 4-bit
+    assert "const uint32_t* k_pages" in unit and "const uint32_t* v_pages" in unit
+    assert "const float* k_scales" in unit  # float32 pages keep float32 scales
 
 
 def test_signature_is_mlx_shaped():

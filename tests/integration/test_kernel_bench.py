@@ -7,6 +7,7 @@ import argparse
 
 import mlx.core as mx
 import numpy as np
+import pytest
 
 from mlx_paged.bench import kernels
 
@@ -127,3 +128,17 @@ def test_plot_draws_every_method(tmp_path):
     result = {"title": "cpu smoke", "copy": {"copy_tb_s": 0.01}, "rows": [row]}
     assert kernels.plot(result, tmp_path / "k.png")
     assert (tmp_path / "k.png").stat().st_size > 1000
+
+
+def test_quantized_sweep_reads_quantized_pages_and_counts_their_bytes(capsys):
+    """On the CPU the kernels are refused; the reference reads the 4-bit pages and its
+    bandwidth counts their bytes (packed values, scales, biases), the peers the 16-bit ones."""
+    row = kernels.bench_shape(2, 64, _args(kv_bits=4, kv_group_size=32), torch_ok=False)
+    assert "paged_16bit skipped" in capsys.readouterr().out
+    per_token = 2 * (64 * 4 // 8 + 2 * 2 * 4)  # 2 KV heads; fp32 scales and biases
+    assert row["read_bytes"] == 2 * 2 * 64 * per_token
+    us = row["us"]
+    assert row["tb_s"]["gather_sdpa"] == pytest.approx(row["read_bytes"] / us["gather_sdpa"] / 1e6)
+    assert row["tb_s"]["mlx_sdpa"] == pytest.approx(row["kv_bytes"] / us["mlx_sdpa"] / 1e6)
+    # Quantized attention differs from the 16-bit peer by the quantization error only.
+    assert 1e-5 < row["max_abs_diff_vs_paged"]["mlx_sdpa"] < 0.2

@@ -12,7 +12,7 @@ import mlx.core as mx
 import pytest
 
 from mlx_paged.codegen.metal_check import MetalCheckError, check_metal_source
-from mlx_paged.kernels.catalog import representative_specs
+from mlx_paged.kernels.catalog import quantized_specs, representative_specs
 from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.metal_capture import capture_metal_source
 from mlx_paged.kernels.paged_attention import paged_attention_decode
@@ -26,6 +26,7 @@ GOLDEN_SPECS = [
     SPEC,
     KernelSpec("decode_reduce", "metal", "bfloat16", 128, 16, 4, 512, True),
     KernelSpec("decode_simt", "metal", "bfloat16", 128, 16, 4, rope=True),
+    KernelSpec("decode_simt", "metal", "bfloat16", 128, 16, 4, k_bits=4, v_bits=4, group_size=32),
 ]
 
 
@@ -42,6 +43,14 @@ def test_representative_metal_specs_compile():
     assert {s.kernel for s in specs} == {"decode_simt", "decode_simt_splitk", "decode_reduce"}
     for spec in specs:
         check_metal_source(capture_metal_source(spec), spec.name)
+
+
+def test_quantized_metal_specs_compile():
+    """The dequantizing kernels: packed pages come in as `uint32_t`, scales and biases last."""
+    for spec in quantized_specs("metal"):
+        source = capture_metal_source(spec)
+        check_metal_source(source, spec.name)
+        assert "const device uint32_t* " in source and "_biases [[buffer(" in source
 
 
 def test_captured_source_is_mlx_wrapping_of_our_body():

@@ -96,3 +96,14 @@ def test_routed_specs_are_what_warm_up_compiles():
         "decode_simt_splitk_metal_bf16_hd128_bs16_g4_p512_sw",
         "decode_reduce_metal_bf16_hd128_bs16_g4_p512_sw",
     ]
+
+
+def test_quantized_pages_take_the_simt_kernels():
+    """The tensor-core kernels read 16-bit pages: quantized ones route as SIMT shapes do."""
+    assert route("cuda", BF16, 128, 16, 8, 32768, quantized=True) == Route(
+        "decode_simt_splitk", 512
+    )
+    assert route("cuda", BF16, 128, 16, 1024, 8192, quantized=True) == Route("decode_simt", 0)
+    specs = routed_specs("cuda", BF16, 128, 16, 4, False, bits=(8, 4, 32))
+    assert [s.kernel for s in specs] == ["decode_simt", "decode_simt_splitk", "decode_reduce"]
+    assert [(s.k_bits, s.v_bits, s.group_size) for s in specs] == [(8, 4, 32)] * 2 + [(16, 16, 0)]

@@ -4,6 +4,7 @@ Jinja)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
@@ -13,7 +14,7 @@ from mlx_paged.codegen.build import (
     check_definition,
     cuda_dynamic_shared,
 )
-from mlx_paged.kernels.catalog import all_specs, representative_specs
+from mlx_paged.kernels.catalog import all_specs, quantized_specs, representative_specs
 from mlx_paged.kernels.kernel_spec import KERNELS, KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.paged_attention_geometry import Geometry, define, geometry
 
@@ -243,3 +244,50 @@ def test_render_checks_reject_what_a_backend_cannot_run():
         check_definition(_definition(input_names=many, source=body))
     with pytest.raises(KernelRenderError, match="'unused' is never used"):
         check_definition(_definition(input_names=("inp", "unused")))
+
+
+def test_quantized_specs_name_their_bits_and_parse_back():
+    for backend in ("metal", "cuda"):
+        specs = quantized_specs(backend)
+        pairs = {(s.k_bits, s.v_bits) for s in specs}
+        assert pairs == {(8, 8), (4, 4), (8, 4), (4, 8), (16, 4), (8, 16)}
+        assert {s.group_size for s in specs} == {32, 64}
+        for s in specs:
+            assert s.quantized and f"_k{s.k_bits}v{s.v_bits}gs{s.group_size}" in s.name
+            assert KernelSpec.parse(s.name) == s
+    assert not KernelSpec.parse("decode_simt_cuda_bf16_hd128_bs16_g4").quantized
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(kernel="decode_tc", backend="cuda"), "tensor-core kernels read 16-bit pages"),
+        (dict(rope=True), "RoPE kernels write 16-bit pages"),
+        (dict(kernel="decode_reduce", partition_size=512), "reduce pass reads no pages"),
+        (dict(head_dim=96), "lanes of 8 values need head_dim"),
+        (dict(group_size=16), "groups of (32, 64)"),
+        (dict(k_bits=2), "take (16, 8, 4) bits"),
+        (dict(k_bits=16, v_bits=16), "16-bit pages take no group size"),
+    ],
+)
+def test_quantized_specs_refuse_what_no_kernel_dequantizes(kwargs, message):
+    args = dict(kernel="decode_simt", backend="metal", dtype="bfloat16", head_dim=128,
+                block_size=16, gqa=4, k_bits=4, v_bits=4, group_size=32) | kwargs  # fmt: skip
+    with pytest.raises(UnsupportedSpecError, match=re.escape(message)):
+        KernelSpec(**args)
+
+
+def test_quantized_lanes_read_eight_values_and_the_scales_come_last():
+    spec = KernelSpec("decode_simt_splitk", "cuda", "bfloat16", 128, 16, 4, 512, True,
+                      k_bits=8, v_bits=4, group_size=32)  # fmt: skip
+    geo = geometry(spec)
+    assert (geo.tpr, geo.epl) == (16, 8)
+    defn = define(spec)
+    assert defn.input_names[-4:] == ("k_scales", "k_biases", "v_scales", "v_biases")
+    assert defn.input_names[:7] == ("queries", "k_pages", "v_pages", "block_tables", "seq_lens",
+                                    "scale", "window")  # fmt: skip
+    # 8-bit K: two words a lane, masked by 255; 4-bit V: one word, by 15.
+    assert "EPL * 8 / 32" in defn.source and "255u" in defn.source and "15u" in defn.source
+    plain = define(KernelSpec("decode_simt", "cuda", "bfloat16", 128, 16, 4, k_bits=16,
+                              v_bits=4, group_size=64))  # fmt: skip
+    assert plain.input_names[-2:] == ("v_scales", "v_biases") and "k_scales" not in plain.source

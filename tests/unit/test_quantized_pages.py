@@ -57,3 +57,19 @@ def test_settings_the_pages_cannot_take_are_refused_with_the_reason():
         EngineConfig(kv_bits_v=2)
     config = EngineConfig(kv_bits=8, kv_bits_v=4)
     assert (config.k_bits, config.v_bits) == (8, 4)
+
+
+@pytest.mark.parametrize("bits,group", [(4, 32), (8, 64), (8, 32)])
+def test_values_unpack_from_the_low_bits_as_the_kernels_read_them(bits, group):
+    """The dequantizing kernels take value j of a lane's slice from word j / (32 / bits) at
+    bit (j % (32 / bits)) * bits, then scale * q + bias: MLX's packing, checked here."""
+    values = mx.random.normal((3, 128), key=mx.random.key(bits))
+    packed, scales, biases = mx.quantize(values, group_size=group, bits=bits)
+    words = np.array(packed, dtype=np.uint64)
+    per_word = 32 // bits
+    j = np.arange(128)
+    shifts = ((j % per_word) * bits).astype(np.uint64)
+    q = (words[:, j // per_word] >> shifts) & np.uint64(2**bits - 1)
+    got = np.array(scales)[:, j // group] * q + np.array(biases)[:, j // group]
+    np.testing.assert_allclose(got, np.array(mx.dequantize(packed, scales, biases, group, bits)),
+                               rtol=1e-6, atol=1e-6)  # fmt: skip
