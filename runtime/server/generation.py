@@ -4,12 +4,15 @@ events, and cancel the request when its client hangs up."""
 from __future__ import annotations
 
 import queue
+import time
 
 from mlx_paged.errors import InvalidRequestError
 from mlx_paged.server.client_liveness import INTERIM_CONTINUE, KEEPALIVE_COMMENT, ClientWatch
 from mlx_paged.server.protocol import ParsedRequest, parse_chat, parse_completion
 from mlx_paged.server.responses import SSE_DONE, ResponseBuilder, sse_event, usage
 from mlx_paged.server.tool_calls import ToolCallExtractor
+
+WATCH_SECONDS = 0.25  # how often a waiting request looks whether its client hung up
 
 PARSERS = {
     "/v1/chat/completions": parse_chat,
@@ -61,14 +64,21 @@ class GenerationMixin:
         self.wfile.flush()
 
     def _outputs(self, stream, watch: ClientWatch):
-        """Yield engine outputs; cancel the request if the client hangs up meanwhile."""
+        """Yield engine outputs; cancel the request if the client hangs up meanwhile. The
+        client is looked at every `WATCH_SECONDS` even while outputs keep coming, so a fast
+        engine does not run a long request for a client that left."""
+        next_look = time.monotonic() + WATCH_SECONDS
         while True:
             try:
-                out = stream.get(timeout=0.25)
+                out = stream.get(timeout=WATCH_SECONDS)
             except queue.Empty:
+                out = None
+            if out is None or time.monotonic() >= next_look:
                 if watch.gone():
                     stream.cancel()
                     return
+                next_look = time.monotonic() + WATCH_SECONDS
+            if out is None:
                 continue
             yield out
             if out.finished:

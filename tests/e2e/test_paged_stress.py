@@ -1,12 +1,14 @@
 """64 concurrent streaming requests against a paged server whose pool cannot hold them all, a
 quarter of the clients hanging up mid-stream: the rest finish with the right tokens, requests
-get preempted, and every block comes back."""
+get preempted, and every block comes back. And a plain request whose client hangs up while a
+fast engine keeps producing tokens is cancelled."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
 import random
+import socket
 import time
 import urllib.request
 
@@ -113,5 +115,35 @@ def test_64_streams_on_a_small_pool(tmp_path, tiny_model_dir):
         assert m["mlx_paged_kv_blocks_free"] == (
             m["mlx_paged_kv_blocks_total"] - m["mlx_paged_kv_blocks_cached"]
         )
+    finally:
+        assert srv.stop() == 0, srv.log()
+
+
+def test_a_plain_request_stops_when_its_client_hangs_up_while_tokens_flow(tmp_path):
+    """The server looks at a waiting client on a clock, not only when the engine is slow: a
+    plain (non-streamed) request whose client leaves while tokens keep coming is cancelled
+    long before its 8,000 tokens."""
+    from raw_http import address, post_bytes
+    from tiny_models import build_model
+
+    model_dir = build_model(tmp_path / "model", "llama", max_position_embeddings=16384)
+    srv = start_server(tmp_path, "--model", str(model_dir), "--log-level", "WARNING")
+    try:
+        body = {"prompt": "zebra quilt", "max_tokens": 8000, "logit_bias": {"1": -100}}
+        with socket.create_connection(address(srv.url)) as sock:
+            sock.sendall(post_bytes("/v1/completions", json.dumps(body).encode()))
+            deadline = time.monotonic() + 60
+            while metrics(srv.url)["mlx_paged_generation_tokens_total"] < 20:
+                assert time.monotonic() < deadline, "no tokens within a minute"
+                time.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            m = metrics(srv.url)
+            if m.get('mlx_paged_requests_finished_total{reason="abort"}') == 1:
+                break
+            time.sleep(0.1)
+        assert m.get('mlx_paged_requests_finished_total{reason="abort"}') == 1
+        assert m.get('mlx_paged_requests_finished_total{reason="length"}', 0) == 0
+        assert m["mlx_paged_generation_tokens_total"] < 8000
     finally:
         assert srv.stop() == 0, srv.log()
