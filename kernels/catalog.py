@@ -11,11 +11,11 @@ from .kernel_spec import (
     GQA_GROUPS,
     HEAD_DIMS,
     KERNELS,
-    QUANT_GROUP_SIZES,
     QUANT_HEAD_DIMS,
     KernelSpec,
     UnsupportedSpecError,
 )
+from .quantized_pages import KV_GROUP_SIZES
 
 
 def all_specs(backend: str) -> list[KernelSpec]:
@@ -92,7 +92,7 @@ def quantized_specs(backend: str) -> list[KernelSpec]:
                 i % 4 == 3,
                 k_bits=k_bits,
                 v_bits=v_bits,
-                group_size=QUANT_GROUP_SIZES[i // len(pairs)],
+                group_size=KV_GROUP_SIZES[i // len(pairs)],
             )
         )
     return specs

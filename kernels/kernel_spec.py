@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES
+
 BACKENDS = ("metal", "cuda")
 DTYPES = ("float16", "bfloat16", "float32")
 HEAD_DIMS = (64, 80, 96, 128, 256)
 BLOCK_SIZES = (8, 16, 32)
 GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
 TENSOR_CORE_HEAD_DIMS = (64, 128)  # the head sizes the H200 sweeps measured
-# Quantized pages (`QuantizedPages`): bits per K and per V value (16: the model's dtype), and
-# the head sizes whose lanes each read 8 values, one whole group's slice (head_dim / 8 lanes).
-PAGE_BITS = (16, 8, 4)
-QUANT_GROUP_SIZES = (32, 64)
+# Quantized pages (`QuantizedPages`, whose bits and group sizes these specs take): the head
+# sizes whose lanes each read 8 values, one whole group's slice (head_dim / 8 lanes).
 QUANT_HEAD_DIMS = (64, 128, 256)
 
 _DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -119,15 +119,15 @@ class KernelSpec:
         self._check_quantized()
 
     def _check_quantized(self) -> None:
-        if self.k_bits not in PAGE_BITS or self.v_bits not in PAGE_BITS:
-            raise UnsupportedSpecError(f"{self.name}: pages take {PAGE_BITS} bits per value")
+        if self.k_bits not in KV_BITS or self.v_bits not in KV_BITS:
+            raise UnsupportedSpecError(f"{self.name}: pages take {KV_BITS} bits per value")
         if not self.quantized:
             if self.group_size:
                 raise UnsupportedSpecError(f"{self.name}: 16-bit pages take no group size")
             return
-        if self.group_size not in QUANT_GROUP_SIZES:
+        if self.group_size not in KV_GROUP_SIZES:
             raise UnsupportedSpecError(
-                f"{self.name}: quantized pages come in groups of {QUANT_GROUP_SIZES}"
+                f"{self.name}: quantized pages come in groups of {KV_GROUP_SIZES}"
             )
         reason = (
             "the tensor-core kernels read 16-bit pages" if self.tensor_cores

@@ -77,7 +77,9 @@ def paged_attention_decode(
     plan = _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backend, kernel,
                          partition_size)  # fmt: skip
     inputs = _inputs(queries, k_pages, v_pages, block_tables, seq_lens, scale, window, backend)
-    inputs += [a for p in (k_pages, v_pages) if isinstance(p, QuantizedPages) for a in p[1:3]]
+    for pages in (k_pages, v_pages):
+        if isinstance(pages, QuantizedPages):
+            inputs += [pages.scales, pages.biases]
     return _launch(plan, inputs, compiled, counters)[0]
 
 
@@ -166,11 +168,15 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
     )  # fmt: skip
     if sinks is not None:
         raise UnsupportedSpecError(f"{plan.name}: attention sinks are not implemented")
-    dtypes = {_values_dtype(p) for p in (k_pages, v_pages)}
-    if k_shape[3] != head_dim or v_pages.shape != k_shape or dtypes != {queries.dtype}:
+    k_dtype, v_dtype = _values_dtype(k_pages), _values_dtype(v_pages)
+    if (
+        k_shape[3] != head_dim
+        or v_pages.shape != k_shape
+        or not k_dtype == v_dtype == queries.dtype
+    ):
         raise UnsupportedSpecError(
             f"{plan.name}: queries {queries.shape} {queries.dtype} do "
-            f"not match pages {k_pages.shape} {dtypes}"
+            f"not match pages {k_pages.shape} {k_dtype}/{v_dtype}"
         )
     return plan
 

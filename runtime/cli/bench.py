@@ -7,6 +7,7 @@ import importlib
 
 from mlx_paged.bench.decode import DEFAULT_METHODS, ENGINE_METHODS
 from mlx_paged.kernels.kernel_spec import KERNELS
+from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES
 
 
 def _bench(module: str):
@@ -68,7 +69,7 @@ def _add_memory(sub: argparse._SubParsersAction) -> None:
         "--kv-bits",
         type=int,
         nargs="+",
-        choices=[16, 8, 4],
+        choices=list(KV_BITS),
         default=[16],
         help="bits per K/V value of the paged runs, e.g. 16 8 4 (default 16)",
     )
@@ -102,12 +103,12 @@ def _add_kernels(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--kv-bits",
         type=int,
-        choices=[16, 8, 4],
+        choices=list(KV_BITS),
         default=16,
         help="bits per K/V value of the pages; below 16 the paged columns read quantized "
         "pages and paged_16bit times the same values at 16 bits (default 16)",
     )
-    p.add_argument("--kv-group-size", type=int, choices=[32, 64], default=32)
+    p.add_argument("--kv-group-size", type=int, choices=list(KV_GROUP_SIZES), default=32)
     p.add_argument(
         "--pool-gb",
         type=float,
@@ -280,7 +281,7 @@ def _add_kv_quality(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="model (default: the embedded SmolLM2)")
     p.add_argument("--tokens", type=int, default=1024, help="tokens of held-out text scored")
     p.add_argument("--chunk", type=int, default=128, help="tokens per forward (>= 2)")
-    p.add_argument("--group-size", type=int, choices=[32, 64], default=64)
+    p.add_argument("--group-size", type=int, choices=list(KV_GROUP_SIZES), default=64)
     p.add_argument("--prompt", type=int, default=64, help="prompt tokens of the greedy runs")
     p.add_argument("--new", type=int, default=64, help="greedy tokens generated per setting")
     p.add_argument("--out", default="bench/out/kv-quality.json", help="JSON results file")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import re
 
+from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES
+
 API_KEY_ENV = "MLX_PAGED_API_KEY"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _UNITS = {
@@ -171,7 +173,7 @@ def _add_kv_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kv-bits",
         type=int,
-        choices=[16, 8, 4],
+        choices=list(KV_BITS),
         default=16,
         help="bits per K and V value in the paged pool: 16 (the model's dtype, the default), "
         "8 or 4 (quantized pages in MLX's affine layout: about 1.9x / 3.6x the tokens)",
@@ -180,14 +182,14 @@ def _add_kv_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             f"--kv-bits-{side}",
             type=int,
-            choices=[16, 8, 4],
+            choices=list(KV_BITS),
             default=None,
             help=f"bits per {side.upper()} value, over --kv-bits (keys are the more sensitive)",
         )
     p.add_argument(
         "--kv-group-size",
         type=int,
-        choices=[32, 64],
+        choices=list(KV_GROUP_SIZES),
         default=64,
         help="values per scale and bias in quantized pages (default 64)",
     )
