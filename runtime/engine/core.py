@@ -26,7 +26,7 @@ from mlx_paged.engine.outputs import CoreOutput
 from mlx_paged.engine.request import Request, RequestStatus
 from mlx_paged.engine.request_checks import RequestLimits, context_length
 from mlx_paged.engine.request_stream import RequestStream
-from mlx_paged.engine.scheduler import Scheduler
+from mlx_paged.engine.scheduler import PromptSchedule, Scheduler
 from mlx_paged.engine.step_recovery import StepRecovery
 from mlx_paged.engine.stop_checker import StopChecker
 from mlx_paged.kv.paged_setup import build_paged_path
@@ -89,6 +89,8 @@ class Engine(EngineInbox, StepRecovery):
             prefill_align=self.runner.pool.prefill_align if self.kv is not None else 1,
             start_in_decode=self.kv is not None,
         )
+        # The paged runner runs a step's prefill chunks inside its decode forward.
+        self._mixes = getattr(self.runner, "mixes_prefill", False)
         self.stop_checker = StopChecker(tokenizer.eos_token_ids)
         self.router = OutputRouter(tokenizer, self.abort) if sink is None else None
         self._sink = sink or self.router.route
@@ -220,12 +222,24 @@ class Engine(EngineInbox, StepRecovery):
             decoding = {id(r) for r in rows}
             started = [r for r in started if id(r) in decoding]
             self.metrics.prompt_tokens_total += len(started)
+        # The paged path runs the step's prefill chunks in the decode forward.
+        mixed = self.scheduler.schedule_prompts(len(rows)) if rows and self._mixes else None
+        if mixed is not None:
+            self._run_prompts(PromptSchedule(joining=mixed.joining))
         if rows:
             tic = time.perf_counter()
-            self._deliver(self.runner.decode(rows))
+            chunks = mixed.prefill if mixed is not None else []
+            self._deliver(self.runner.decode(rows, chunks) if chunks else self.runner.decode(rows))
             self.metrics.decode_seconds_total += time.perf_counter() - tic
             self.metrics.decode_wait_seconds_total = self.runner.device_wait_seconds
-        plan = self.scheduler.schedule_prompts(len(rows))
+            self.metrics.prompt_tokens_total += sum(n for _, n in chunks)
+        plan = self.scheduler.schedule_prompts(len(rows)) if mixed is None else PromptSchedule()
+        self._run_prompts(plan)
+        if (plan.starting and not rows) or (started and len(started) == len(rows)):
+            # Nothing else decodes, so no overlap is lost: first tokens go out now.
+            self._deliver(self.runner.emit_pending())
+
+    def _run_prompts(self, plan: PromptSchedule) -> None:
         for req in plan.joining:
             self._admit(req)
         if not plan.is_empty:
@@ -233,9 +247,6 @@ class Engine(EngineInbox, StepRecovery):
             self.runner.run_prompts(plan)
             self.metrics.prompt_tokens_total += sum(n for _, n in plan.prefill) + len(plan.starting)
             self.metrics.prefill_seconds_total += time.perf_counter() - tic
-        if (plan.starting and not rows) or (started and len(started) == len(rows)):
-            # Nothing else decodes, so no overlap is lost: first tokens go out now.
-            self._deliver(self.runner.emit_pending())
 
     def _deliver(self, rows) -> None:
         """Send each row's token to the sink in one batch; retire the finished requests."""

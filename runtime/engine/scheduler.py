@@ -13,6 +13,7 @@ token):
      FCFS, within the step's token budget (`max_num_batched_tokens`, when set): the decode
      rows and starting requests count one token each, so a long prompt is prefilled in chunks
      between decode steps instead of stalling them.
+The paged engine plans 2-4 before the step's decode forward and runs the chunks inside it.
 A request that is not batchable (a fixed seed) waits at the head of the queue until nothing else
 runs, then runs alone; nothing joins it until it finishes.
 

@@ -7,6 +7,7 @@ the hook replaces that name in every loaded `mlx_lm.models.*` module. Calls whos
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import mlx.core as mx
@@ -17,12 +18,12 @@ from mlx_paged.kernels.paged_attention import (
     paged_attention_decode_rope,
 )
 from mlx_paged.kernels.paged_attention_reference import (
-    gather_pages,
     paged_attention_decode_rope_reference,
     paged_attention_reference,
 )
 from mlx_paged.kv.kv_cache_manager import cdiv
 from mlx_paged.kv.paged_cache import PagedLayerCache, PagedMask
+from mlx_paged.kv.row_attention import causal_row, chunk_rows_attention, row_shapes
 
 _original = base.scaled_dot_product_attention
 
@@ -78,6 +79,8 @@ def paged_scaled_dot_product_attention(
         window = mask.window if isinstance(mask, PagedMask) else None
         if meta.rope_in_attention:
             return _decode_with_rope(queries, keys, values, cache, scale, window, sinks)
+        if meta.num_decode_rows is not None:
+            return _mixed(queries, keys, values, cache, scale, mask, sinks)
         pool = cache.pool
         phase = "decode" if meta.num_query_tokens == 1 else "prefill"
         if phase == "decode" and pool.decode_backend is not None and sinks is None:
@@ -133,37 +136,34 @@ def _causal_rows_suffice(meta, window: int | None, sinks) -> bool:
 
 
 def _causal_per_row(queries: mx.array, cache, scale: float, pool) -> mx.array:
-    """Each row's queries over its own gathered context, with MLX's causal SDPA (which aligns
-    the queries to the end of the keys).
-
-    With `pool.prefill_shapes` (CUDA), a row attends in buckets (`PrefillShapes.attend_row`).
-    Else its queries and keys are padded alike, to a multiple of `pool.prefill_align` queries:
-    the end alignment keeps the padded keys out of the real queries' view.
-    """
+    """Each row's queries over its own gathered context (`_causal_row`). Without bucketed
+    shapes, a row's queries and keys are padded alike, to a multiple of `pool.prefill_align`
+    queries: the end alignment keeps the padded keys out of the real queries' view."""
     width = queries.shape[2]
-    shapes = (
-        pool.prefill_shapes if pool.prefill_shapes and pool.prefill_shapes.rows_bucketed else None
-    )
-    align = 1 if shapes is not None else pool.prefill_align
+    align = 1 if row_shapes(pool) is not None else pool.prefill_align
     outs = []
     for row, (start, count, table) in enumerate(cache.metadata.prefill_rows):
         count = min(cdiv(count, align) * align, width)
-        total = start + count
-        keys = gather_pages(cache.k_pages, table[None])[:, :, :total]
-        values = gather_pages(cache.v_pages, table[None])[:, :, :total]
-        if keys.shape[2] < total:  # the padding reaches past the row's last block
-            room = ((0, 0), (0, 0), (0, total - keys.shape[2]), (0, 0))
-            keys, values = mx.pad(keys, room), mx.pad(values, room)
-        if shapes is not None:
-            out = shapes.attend_row(queries[row : row + 1, :, :count], keys, values, scale)
-        else:
-            out = mx.fast.scaled_dot_product_attention(
-                queries[row : row + 1, :, :count], keys, values, scale=scale, mask="causal"
-            )
+        out = causal_row(queries[row : row + 1, :, :count], cache, start, table, scale)
         if count < width:
             out = mx.pad(out, ((0, 0), (0, 0), (0, width - count), (0, 0)))
         outs.append(out)
     return mx.concatenate(outs) if len(outs) > 1 else outs[0]
+
+
+def _mixed(queries, keys, values, cache, scale: float, mask, sinks) -> mx.array:
+    """A decode forward that also runs prefill chunks: its decode rows attend as a decode step
+    does, then the chunk tokens as their chunks' prefill would (`chunk_rows_attention`)."""
+    meta, pool = cache.metadata, cache.pool
+    rows = meta.num_decode_rows
+    decode = dataclasses.replace(meta, offsets=meta.offsets[:rows], prefill_rows=(),
+                                 num_decode_rows=None)  # fmt: skip
+    step = PagedLayerCache(pool, cache.layer, decode)
+    head = paged_scaled_dot_product_attention(queries[:rows], None, None, step, scale, mask, sinks)
+    window = mask.window if isinstance(mask, PagedMask) else None
+    tail = chunk_rows_attention(queries[rows:], keys[rows:], values[rows:], cache, scale, window,
+                                sinks)  # fmt: skip
+    return mx.concatenate([head, tail])
 
 
 def _decode_with_rope(queries, keys, values, cache, scale, window, sinks) -> mx.array:

@@ -37,6 +37,9 @@ class PagedAttentionMetadata:
             the rotated keys.
         prefill_rows: per row of a prefill forward, (first position, tokens, the row's block
             table trimmed to its blocks): what lets attention read each row's exact context.
+        num_decode_rows: a decode forward that also runs prefill chunks: its first
+            `num_decode_rows` rows decode (`block_tables`, `context_lens` are theirs), and each
+            further row is one token of a `prefill_rows` chunk, in order.
     """
 
     block_tables: mx.array
@@ -46,12 +49,14 @@ class PagedAttentionMetadata:
     num_query_tokens: int
     rope_in_attention: bool = False
     prefill_rows: tuple[tuple[int, int, mx.array], ...] = ()
+    num_decode_rows: int | None = None
 
     @property
     def starts_at_zero(self) -> bool:
         """Every row of a prefill forward starts at position 0 (a prompt's first chunk with no
         prefix-cache hit), so its attention needs only this forward's K/V."""
-        return bool(self.prefill_rows) and not any(s for s, _, _ in self.prefill_rows)
+        mixed = self.num_decode_rows is not None
+        return not mixed and bool(self.prefill_rows) and not any(s for s, _, _ in self.prefill_rows)
 
     @property
     def query_positions(self) -> mx.array:

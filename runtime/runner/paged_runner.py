@@ -22,6 +22,7 @@ from mlx_paged.kv.paged_cache import (
 )
 from mlx_paged.runner.block_table import BlockTable, bucket
 from mlx_paged.runner.compiled_decode import CompiledDecode
+from mlx_paged.runner.logits_head import split_logits_head
 from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
 
 # Narrowest table a compiled step is traced for, in blocks: short contexts share one trace.
@@ -43,6 +44,10 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         self.num_layers = len(pool.k_pages)
         self.block_table = BlockTable(pool.block_size)
         self.compiled_decode = CompiledDecode(self._decode_logits, pool) if compile_decode else None
+        # The engine hands a step's prefill chunks to `decode`, to run in its forward; that
+        # needs the logits head apart, so only the decode rows reach it.
+        self.logits_head = split_logits_head(model)
+        self.mixes_prefill = self.logits_head is not None
         self.reset()
 
     def reset(self) -> None:
@@ -86,11 +91,17 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         caches = [PagedLayerCache(self.pool, i, meta) for i in range(self.num_layers)]
         return self.model(tokens, cache=caches)
 
-    def decode(self, rows: list[Request]) -> list[RowOutput]:
+    def decode(self, rows: list[Request], prefill=()) -> list[RowOutput]:
+        """One decode forward over `rows`; with `prefill` chunks `(request, tokens)`, the same
+        forward also runs them (`_mixed`), so a chunk costs no forward of its own."""
         self._join(rows[len(self.decode_rows) :])
-        return self.lookahead_step(
-            rows, self._decode, pending_writes=lambda: (self.pool.k_pages, self.pool.v_pages)
+        forward = (lambda inputs: self._mixed(inputs, prefill)) if prefill else self._decode
+        outputs = self.lookahead_step(
+            rows, forward, pending_writes=lambda: (self.pool.k_pages, self.pool.v_pages)
         )
+        for r, _ in prefill:
+            self.kv.cache_blocks(r, r.num_computed_tokens)
+        return outputs
 
     def _decode(self, inputs: mx.array) -> mx.array:
         """Logits of one decode step feeding `inputs`, one token per row of `decode_rows`."""
@@ -116,6 +127,40 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         if num_rows > len(inputs):
             inputs = mx.concatenate([inputs, mx.zeros(num_rows - len(inputs), inputs.dtype)])
         return self.compiled_decode(inputs, meta)[: len(context_lens)]
+
+    def _mixed(self, inputs: mx.array, prefill: list[tuple[Request, int]]) -> mx.array:
+        """Logits of the decode rows from one eager forward that also runs `prefill`'s chunks:
+        each chunk token is a row of one token after the decode rows (its own position, its
+        own slot), and attention splits them again (`PagedAttentionMetadata.num_decode_rows`)."""
+        context_lens = np.fromiter(
+            (r.num_computed_tokens for r in self.decode_rows), np.int32, len(self.decode_rows)
+        )
+        # Padded as compiled steps are, so the decode kernels meet few shapes.
+        real, bs = len(context_lens), self.pool.block_size
+        num_rows = bucket(real)
+        width = bucket(self.block_table.sync(), MIN_COMPILED_TABLE_BLOCKS)
+        tables, lens, slots = self.block_table.decode_inputs(context_lens, num_rows, width)
+        ids, positions, chunk_slots, rows = [], [], [], []
+        for r, n in prefill:
+            start, table = r.num_computed_tokens - n, self.kv.get_block_ids(r)
+            ids += r.all_token_ids[start : start + n]
+            positions += range(start, start + n)
+            chunk_slots += [table[p // bs] * bs + p % bs for p in range(start, start + n)]
+            rows.append((start, n, input_array(table[: cdiv(start + n, bs)])))
+        meta = PagedAttentionMetadata(
+            block_tables=input_array(tables),
+            context_lens=input_array(lens),
+            offsets=input_array(np.concatenate([lens - 1, np.asarray(positions, np.int32)])),
+            slot_mapping=split_slots(np.concatenate([slots, chunk_slots]), bs),
+            num_query_tokens=1,
+            prefill_rows=tuple(rows),
+            num_decode_rows=num_rows,
+        )
+        padding = mx.zeros(num_rows - real, inputs.dtype)
+        tokens = mx.concatenate([inputs, padding, mx.array(ids, inputs.dtype)])
+        caches = [PagedLayerCache(self.pool, i, meta) for i in range(self.num_layers)]
+        hidden = self.logits_head.body(tokens[:, None], cache=caches)
+        return self.logits_head.head(hidden[:real, -1, :])
 
     def _decode_logits(self, inputs: mx.array, meta: PagedAttentionMetadata) -> mx.array:
         return self._forward(inputs[:, None], meta)[:, -1, :]

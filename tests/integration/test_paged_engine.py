@@ -275,6 +275,42 @@ def test_rows_start_in_the_decode_forward(tiny_model_dir):
     assert sum(len(rows) for rows in joined) == len(TEXTS)  # each request joined once
 
 
+def test_prefill_chunks_run_in_the_decode_forward(tiny_model_dir):
+    """While rows decode, a step's prefill chunks run inside the decode forward (each chunk
+    token a row of its own): a forward of their own runs only when nothing decodes, and the
+    tokens stay mlx-lm's, with a budget that cuts prompts into several chunks."""
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
+              max_num_seqs=3, max_num_batched_tokens=12)  # fmt: skip
+    runner = llm.engine.runner
+    calls, decoding_at_prefill = {"mixed": 0, "forward": 0, "other": 0}, []
+    mixed, prefill, decode, forward = (
+        runner._mixed,
+        runner._prefill,
+        runner._decode,
+        runner._forward,
+    )
+
+    def counted(name, call):
+        def wrapped(*args):
+            calls[name] += 1
+            if name == "other" and call is prefill:
+                decoding_at_prefill.append(len(runner.decode_rows))
+            return call(*args)
+
+        return wrapped
+
+    runner._mixed, runner._forward = counted("mixed", mixed), counted("forward", forward)
+    runner._prefill, runner._decode = counted("other", prefill), counted("other", decode)
+    prompts = [llm.tokenizer.encode(t) for t in TEXTS]
+    for prompt, p, r in zip(prompts, params(llm), llm.generate(prompts, params(llm))):
+        assert r.token_ids == reference(llm, prompt, p.max_tokens)
+    # A mixed step runs the model's body alone (its head sees only the decode rows).
+    assert calls["mixed"] > 0 and calls["forward"] == calls["other"]
+    assert decoding_at_prefill and not any(decoding_at_prefill)
+    assert runner.pool.attention_calls["causal_rows", "prefill"] > 0
+    assert_pool_full(llm)
+
+
 def test_a_prompt_down_to_its_last_token_starts_with_the_decode_batch(tiny_model_dir):
     """A 1-token prompt, and a prompt whose prefix hit leaves only its last token, have no
     chunk to prefill: they join the next decode forward and give mlx-lm's tokens."""

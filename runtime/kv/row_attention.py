@@ -1,0 +1,84 @@
+"""Prefill attention row by row over paged K/V: a row's queries over its gathered context
+(`causal_row`), and the prefill chunks that ride in a decode forward (`chunk_rows_attention`),
+where every chunk token is a row of one token."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from mlx_paged.kernels.paged_attention_reference import gather_pages, paged_attention_reference
+
+
+def row_shapes(pool):
+    """The pool's bucketed prefill shapes where rows over a context use them (CUDA), else
+    None."""
+    shapes = pool.prefill_shapes
+    return shapes if shapes is not None and shapes.rows_bucketed else None
+
+
+def causal_row(queries: mx.array, cache, start: int, table: mx.array, scale) -> mx.array:
+    """One row's queries `(1, H, count, D)` at positions `start...` over its gathered context,
+    with MLX's causal SDPA (which aligns the queries to the end of the keys); in buckets with
+    the pool's `prefill_shapes` (CUDA, `PrefillShapes.attend_row`)."""
+    total = start + queries.shape[2]
+    keys = gather_pages(cache.k_pages, table[None])[:, :, :total]
+    values = gather_pages(cache.v_pages, table[None])[:, :, :total]
+    if keys.shape[2] < total:  # the padding reaches past the row's last block
+        room = ((0, 0), (0, 0), (0, total - keys.shape[2]), (0, 0))
+        keys, values = mx.pad(keys, room), mx.pad(values, room)
+    shapes = row_shapes(cache.pool)
+    if shapes is not None:
+        return shapes.attend_row(queries, keys, values, scale)
+    return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask="causal")
+
+
+def chunk_rows_attention(queries, keys, values, cache, scale, window, sinks) -> mx.array:
+    """Attention of the chunk tokens of a decode forward that runs prefill chunks: `queries`
+    `(C, H, 1, D)` and the forward's new `keys`/`values` `(C, KV, 1, D)`, the chunks of
+    `cache.metadata.prefill_rows` one after another. Chunks that start at 0 attend together
+    over their own K/V in one call; the others over their gathered context, one call each."""
+    pool = cache.pool
+    spans, at = [], 0
+    for start, count, table in cache.metadata.prefill_rows:
+        spans.append((at, start, count, table))
+        at += count
+    causal_fits = [sinks is None and (window is None or window >= s + n) for _, s, n, _ in spans]
+    own = [span for span, fits in zip(spans, causal_fits) if fits and span[1] == 0]
+    outs = _own_rows(queries, keys, values, own, scale, pool) if own else {}
+    for (at, start, count, table), fits in zip(spans, causal_fits):
+        if at in outs:
+            continue
+        chunk = queries[at : at + count].transpose(2, 1, 0, 3)  # (1, H, count, D)
+        if fits:
+            pool.attention_calls["causal_rows", "prefill"] += 1
+            out = causal_row(chunk, cache, start, table, scale)
+        else:
+            pool.attention_calls["reference", "prefill"] += 1
+            positions = (start + mx.arange(count))[None]
+            lens = mx.array([start + count], mx.int32)
+            pages = (cache.k_pages, cache.v_pages)
+            out = paged_attention_reference(chunk, *pages, table[None], lens, positions,
+                                            scale=scale, window=window, sinks=sinks)  # fmt: skip
+        outs[at] = out.transpose(2, 1, 0, 3)
+    return mx.concatenate([outs[at] for at, *_ in spans])
+
+
+def _own_rows(queries, keys, values, spans, scale, pool) -> dict[int, mx.array]:
+    """Chunks from position 0, batched: each padded at its end to the widest (causal masking
+    hides the padding from the real queries) for one causal SDPA over their own K/V."""
+    width = max(count for _, _, count, _ in spans)
+
+    def batch(x):  # rows of one token (C, heads, 1, D) -> (R, heads, width, D)
+        rows = [mx.pad(x[at : at + n], ((0, width - n), (0, 0), (0, 0), (0, 0)))
+                for at, _, n, _ in spans]  # fmt: skip
+        return mx.stack(rows)[:, :, :, 0].transpose(0, 2, 1, 3)
+
+    q, k, v = batch(queries), batch(keys), batch(values)
+    pool.attention_calls["causal", "prefill"] += 1
+    if pool.prefill_shapes is not None:
+        out = pool.prefill_shapes.attend_own(q, k, v, scale)
+    else:
+        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask="causal")
+    return {
+        at: out[i, :, :n].transpose(1, 0, 2)[:, :, None] for i, (at, _, n, _) in enumerate(spans)
+    }
