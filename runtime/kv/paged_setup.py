@@ -43,8 +43,7 @@ def select_decode_kernel(
 
     "auto" takes the kernel when MLX runs on a Metal/CUDA GPU and the model's shapes are ones
     the kernels are generated for (else it logs why not); "kernel" raises instead. `bits`: K
-    bits, V bits and group size of the pages. The dequantizing kernels run on "kernel" only,
-    until they have been checked against the reference on a GPU.
+    bits, V bits and group size of the pages (below 16, the dequantizing SIMT kernels).
     """
     from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
     from mlx_paged.kernels.paged_attention import current_backend
@@ -58,12 +57,6 @@ def select_decode_kernel(
             raise UnsupportedSpecError(
                 f"MLX runs on {mx.default_device()}, and the paged "
                 f"decode kernels need a Metal or CUDA GPU"
-            )
-        if min(bits[:2]) < 16 and mode == "auto":
-            raise UnsupportedSpecError(
-                "the K/V pages are quantized (--kv-bits below 16), and the dequantizing "
-                "decode kernels have not yet been checked against the reference on a GPU; "
-                "--paged-attention kernel runs them"
             )
         if layout.num_heads is None or layout.num_heads % layout.num_kv_heads:
             raise UnsupportedSpecError(
