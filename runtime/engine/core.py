@@ -222,7 +222,6 @@ class Engine(EngineInbox, StepRecovery):
             decoding = {id(r) for r in rows}
             started = [r for r in started if id(r) in decoding]
             self.metrics.prompt_tokens_total += len(started)
-        # The paged path runs the step's prefill chunks in the decode forward.
         mixed = self.scheduler.schedule_prompts(len(rows)) if rows and self._mixes else None
         if mixed is not None:
             self._run_prompts(PromptSchedule(joining=mixed.joining))

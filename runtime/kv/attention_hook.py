@@ -136,7 +136,7 @@ def _causal_rows_suffice(meta, window: int | None, sinks) -> bool:
 
 
 def _causal_per_row(queries: mx.array, cache, scale: float, pool) -> mx.array:
-    """Each row's queries over its own gathered context (`_causal_row`). Without bucketed
+    """Each row's queries over its own gathered context (`causal_row`). Without bucketed
     shapes, a row's queries and keys are padded alike, to a multiple of `pool.prefill_align`
     queries: the end alignment keeps the padded keys out of the real queries' view."""
     width = queries.shape[2]

@@ -1,0 +1,115 @@
+"""What each forward of a paged step runs: rows start in the decode forward, prefill chunks
+ride in it while rows decode, and a model whose logits head cannot be split keeps prefill
+forwards of its own; the tokens stay mlx-lm's."""
+
+from __future__ import annotations
+
+from test_paged_engine import TEXTS, assert_pool_full, params, reference
+
+from mlx_paged import LLM, SamplingParams
+
+
+def test_rows_start_in_the_decode_forward(tiny_model_dir):
+    """A request's last prompt token runs in a decode forward, with the batch: the paged path
+    runs no forward of its own to start rows, and the tokens stay mlx-lm's."""
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
+              max_num_seqs=3)  # fmt: skip
+    runner = llm.engine.runner
+    kinds, forwards, joined = [], [], []
+    prefill, decode, join, forward = runner._prefill, runner._decode, runner._join, runner._forward
+
+    def recorded(kind, call, log):
+        def wrapped(arg, *rest):
+            log.append(kind if kind else arg)
+            return call(arg, *rest)
+
+        return wrapped
+
+    runner._prefill = recorded("prefill", prefill, kinds)
+    runner._decode = recorded("decode", decode, kinds)
+    runner._forward = recorded("forward", forward, forwards)
+    runner._join = recorded(None, join, joined)
+    prompts = [llm.tokenizer.encode(t) for t in TEXTS]
+    for prompt, p, r in zip(prompts, params(llm), llm.generate(prompts, params(llm))):
+        assert r.token_ids == reference(llm, prompt, p.max_tokens)
+    assert len(forwards) == len(kinds)  # every forward is a prefill chunk's or a decode step's
+    assert sum(len(rows) for rows in joined) == len(TEXTS)  # each request joined once
+
+
+def test_prefill_chunks_run_in_the_decode_forward(tiny_model_dir):
+    """While rows decode, a step's prefill chunks run inside the decode forward (each chunk
+    token a row of its own): a forward of their own runs only when nothing decodes, and the
+    tokens stay mlx-lm's, with a budget that cuts prompts into several chunks."""
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
+              max_num_seqs=3, max_num_batched_tokens=12)  # fmt: skip
+    runner = llm.engine.runner
+    calls, decoding_at_prefill = {"mixed": 0, "forward": 0, "other": 0}, []
+    mixed, prefill, decode, forward = (
+        runner._mixed,
+        runner._prefill,
+        runner._decode,
+        runner._forward,
+    )
+
+    def counted(name, call):
+        def wrapped(*args):
+            calls[name] += 1
+            if name == "other" and call is prefill:
+                decoding_at_prefill.append(len(runner.decode_rows))
+            return call(*args)
+
+        return wrapped
+
+    runner._mixed, runner._forward = counted("mixed", mixed), counted("forward", forward)
+    runner._prefill, runner._decode = counted("other", prefill), counted("other", decode)
+    prompts = [llm.tokenizer.encode(t) for t in TEXTS]
+    for prompt, p, r in zip(prompts, params(llm), llm.generate(prompts, params(llm))):
+        assert r.token_ids == reference(llm, prompt, p.max_tokens)
+    # A mixed step runs the model's body alone (its head sees only the decode rows).
+    assert calls["mixed"] > 0 and calls["forward"] == calls["other"]
+    assert decoding_at_prefill and not any(decoding_at_prefill)
+    assert runner.pool.attention_calls["causal_rows", "prefill"] > 0
+    assert_pool_full(llm)
+
+
+def test_a_prompt_down_to_its_last_token_starts_with_the_decode_batch(tiny_model_dir):
+    """A 1-token prompt, and a prompt whose prefix hit leaves only its last token, have no
+    chunk to prefill: they join the next decode forward and give mlx-lm's tokens."""
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=64)
+    one = llm.tokenizer.encode("hi")[:1]
+    nine = (llm.tokenizer.encode(" ".join(TEXTS)) * 3)[:9]  # two full blocks and one token
+    params = SamplingParams(max_tokens=6, logit_bias={llm.tokenizer.eos_token_id: -100})
+    for _ in range(2):  # the second pass hits the first 8 tokens of `nine`
+        results = llm.generate([one, nine], params)
+        for prompt, r in zip([one, nine], results):
+            assert r.token_ids == reference(llm, prompt, 6)
+    assert results[1].num_cached_tokens == 8
+    assert_pool_full(llm)
+
+
+def test_a_model_whose_head_cannot_be_split_prefills_in_forwards_of_its_own(
+    tiny_model_dir, monkeypatch
+):
+    """No split logits head: no mixed step, and chunks run as prefill forwards between decode
+    steps, with the same tokens."""
+    monkeypatch.setattr("mlx_paged.runner.paged_runner.split_logits_head", lambda model: None)
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
+              max_num_seqs=3, max_num_batched_tokens=12)  # fmt: skip
+    runner = llm.engine.runner
+    assert not runner.mixes_prefill
+    calls = {"mixed": 0, "prefill": 0}
+    mixed, prefill = runner._mixed, runner._prefill
+
+    def counted(name, call):
+        def wrapped(*args):
+            calls[name] += 1
+            return call(*args)
+
+        return wrapped
+
+    runner._mixed, runner._prefill = counted("mixed", mixed), counted("prefill", prefill)
+    prompts = [llm.tokenizer.encode(t) for t in TEXTS]
+    for prompt, p, r in zip(prompts, params(llm), llm.generate(prompts, params(llm))):
+        assert r.token_ids == reference(llm, prompt, p.max_tokens)
+    assert calls["mixed"] == 0 and calls["prefill"] > 0
+    assert_pool_full(llm)
