@@ -1,6 +1,6 @@
 """The model split at its logits head, so a forward can keep only the rows whose logits it
 needs: a decode forward that carries prefill chunks samples from its decode rows alone, and
-the chunk tokens' logits (vocabulary-wide, one row per token) would cost more than their layers.
+the chunk tokens' logits (vocabulary-wide, one row per token) would be computed for nothing.
 """
 
 from __future__ import annotations
