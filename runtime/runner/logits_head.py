@@ -38,7 +38,7 @@ def split_logits_head(model) -> LogitsHead | None:
     try:
         whole = model(probe)
         hidden = inner(probe, cache=None)
-    except (TypeError, ValueError):  # an inner model that takes other arguments
+    except Exception:  # a probe: an inner model that wants other inputs splits no head
         return None
     for head in heads:
         logits = head(hidden)

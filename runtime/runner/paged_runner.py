@@ -7,6 +7,8 @@ the previous one and returns them, while its own samples are computed asynchrono
 
 from __future__ import annotations
 
+import logging
+
 import mlx.core as mx
 import numpy as np
 
@@ -24,6 +26,8 @@ from mlx_paged.runner.block_table import BlockTable, bucket
 from mlx_paged.runner.compiled_decode import CompiledDecode
 from mlx_paged.runner.logits_head import split_logits_head
 from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
+
+logger = logging.getLogger(__name__)
 
 # Narrowest table a compiled step is traced for, in blocks: short contexts share one trace.
 MIN_COMPILED_TABLE_BLOCKS = 8
@@ -48,6 +52,9 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         # needs the logits head apart, so only the decode rows reach it.
         self.logits_head = split_logits_head(model)
         self.mixes_prefill = self.logits_head is not None
+        if not self.mixes_prefill:
+            logger.info("prefill chunks run in forwards of their own: the model's logits head "
+                        "could not be split from its body")  # fmt: skip
         self.reset()
 
     def reset(self) -> None:
