@@ -7,7 +7,6 @@ the hook replaces that name in every loaded `mlx_lm.models.*` module. Calls whos
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import mlx.core as mx
@@ -79,7 +78,7 @@ def paged_scaled_dot_product_attention(
         window = mask.window if isinstance(mask, PagedMask) else None
         if meta.rope_in_attention:
             return _decode_with_rope(queries, keys, values, cache, scale, window, sinks)
-        if meta.num_decode_rows is not None:
+        if meta.decode_rows is not None:
             return _mixed(queries, keys, values, cache, scale, mask, sinks)
         pool = cache.pool
         phase = "decode" if meta.num_query_tokens == 1 else "prefill"
@@ -154,11 +153,9 @@ def _causal_per_row(queries: mx.array, cache, scale: float, pool) -> mx.array:
 def _mixed(queries, keys, values, cache, scale: float, mask, sinks) -> mx.array:
     """A decode forward that also runs prefill chunks: its decode rows attend as a decode step
     does, then the chunk tokens as their chunks' prefill would (`chunk_rows_attention`)."""
-    meta, pool = cache.metadata, cache.pool
-    rows = meta.num_decode_rows
-    decode = dataclasses.replace(meta, offsets=meta.offsets[:rows], prefill_rows=(),
-                                 num_decode_rows=None)  # fmt: skip
-    step = PagedLayerCache(pool, cache.layer, decode)
+    decode = cache.metadata.decode_rows
+    rows = decode.context_lens.shape[0]
+    step = PagedLayerCache(cache.pool, cache.layer, decode)
     head = paged_scaled_dot_product_attention(queries[:rows], None, None, step, scale, mask, sinks)
     window = mask.window if isinstance(mask, PagedMask) else None
     tail = chunk_rows_attention(queries[rows:], keys[rows:], values[rows:], cache, scale, window,

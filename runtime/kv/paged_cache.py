@@ -37,9 +37,9 @@ class PagedAttentionMetadata:
             the rotated keys.
         prefill_rows: per row of a prefill forward, (first position, tokens, the row's block
             table trimmed to its blocks): what lets attention read each row's exact context.
-        num_decode_rows: a decode forward that also runs prefill chunks: its first
-            `num_decode_rows` rows decode (`block_tables`, `context_lens` are theirs), and each
-            further row is one token of a `prefill_rows` chunk, in order.
+        decode_rows: a decode forward that also runs prefill chunks: the metadata of its
+            decode rows alone, which come first (`block_tables`, `context_lens` are theirs);
+            each further row is one token of a `prefill_rows` chunk, in order.
     """
 
     block_tables: mx.array
@@ -49,13 +49,13 @@ class PagedAttentionMetadata:
     num_query_tokens: int
     rope_in_attention: bool = False
     prefill_rows: tuple[tuple[int, int, mx.array], ...] = ()
-    num_decode_rows: int | None = None
+    decode_rows: PagedAttentionMetadata | None = None
 
     @property
     def starts_at_zero(self) -> bool:
         """Every row of a prefill forward starts at position 0 (a prompt's first chunk with no
         prefix-cache hit), so its attention needs only this forward's K/V."""
-        mixed = self.num_decode_rows is not None
+        mixed = self.decode_rows is not None
         return not mixed and bool(self.prefill_rows) and not any(s for s, _, _ in self.prefill_rows)
 
     @property

@@ -7,6 +7,7 @@ the previous one and returns them, while its own samples are computed asynchrono
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import mlx.core as mx
@@ -73,26 +74,44 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         self, rows: list[Request], starts: list[int], counts: list[int], width: int
     ) -> PagedAttentionMetadata:
         """Rows writing `counts[b]` tokens from position `starts[b]`, padded to `width`."""
-        bs = self.pool.block_size
         tables = [self.kv.get_block_ids(r) for r in rows]
         max_blocks = max(len(t) for t in tables)
         slots = []
         for table, start, n in zip(tables, starts, counts):
-            slots += [table[p // bs] * bs + p % bs for p in range(start, start + n)]
+            slots += self._slots(table, start, n)
             slots += [0] * (width - n)  # padding writes land in the null block
         return PagedAttentionMetadata(
             block_tables=input_array([t + [0] * (max_blocks - len(t)) for t in tables]),
             context_lens=input_array([s + n for s, n in zip(starts, counts)]),
             offsets=input_array(starts),
-            slot_mapping=split_slots(slots, bs),
+            slot_mapping=split_slots(slots, self.pool.block_size),
             num_query_tokens=width,
             # Prefill only: a start forward (one token per row) attends like a decode step.
-            prefill_rows=tuple(
-                (s, n, input_array(t[: cdiv(s + n, bs)])) for t, s, n in zip(tables, starts, counts)
-            )
+            prefill_rows=tuple(self._prefill_row(*row) for row in zip(tables, starts, counts))
             if width > 1
             else (),
         )
+
+    def _slots(self, table: list[int], start: int, count: int) -> list[int]:
+        """Pool slots of positions `start...start + count` of a row with block ids `table`."""
+        bs = self.pool.block_size
+        return [table[p // bs] * bs + p % bs for p in range(start, start + count)]
+
+    def _prefill_row(self, table: list[int], start: int, count: int):
+        """A `prefill_rows` entry: the chunk and its table trimmed to the blocks it reaches."""
+        return start, count, input_array(table[: cdiv(start + count, self.pool.block_size)])
+
+    def _decode_batch(self, padded: bool):
+        """The decode rows' count, and their tables, lengths and slots for this step, with the
+        rows and tables padded to the compiled steps' buckets when `padded`."""
+        # The scheduler already counted the fed token: it sits at num_computed_tokens - 1.
+        context_lens = np.fromiter(
+            (r.num_computed_tokens for r in self.decode_rows), np.int32, len(self.decode_rows)
+        )
+        num_rows, width = len(context_lens), self.block_table.sync()
+        if padded:
+            num_rows, width = bucket(num_rows), bucket(width, MIN_COMPILED_TABLE_BLOCKS)
+        return len(context_lens), *self.block_table.decode_inputs(context_lens, num_rows, width)
 
     def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:
         caches = [PagedLayerCache(self.pool, i, meta) for i in range(self.num_layers)]
@@ -112,15 +131,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
 
     def _decode(self, inputs: mx.array) -> mx.array:
         """Logits of one decode step feeding `inputs`, one token per row of `decode_rows`."""
-        # The scheduler already counted the fed token: it sits at num_computed_tokens - 1.
-        context_lens = np.fromiter(
-            (r.num_computed_tokens for r in self.decode_rows), np.int32, len(self.decode_rows)
-        )
-        widest = self.block_table.sync()
-        num_rows, width = len(context_lens), widest
-        if self.compiled_decode is not None:
-            num_rows, width = bucket(num_rows), bucket(widest, MIN_COMPILED_TABLE_BLOCKS)
-        tables, lens, slots = self.block_table.decode_inputs(context_lens, num_rows, width)
+        real, tables, lens, slots = self._decode_batch(self.compiled_decode is not None)
         meta = PagedAttentionMetadata(
             block_tables=input_array(tables),
             context_lens=input_array(lens),
@@ -131,40 +142,37 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         )
         if self.compiled_decode is None:
             return self._decode_logits(inputs, meta)
-        if num_rows > len(inputs):
-            inputs = mx.concatenate([inputs, mx.zeros(num_rows - len(inputs), inputs.dtype)])
-        return self.compiled_decode(inputs, meta)[: len(context_lens)]
+        return self.compiled_decode(_padded(inputs, len(lens)), meta)[:real]
 
     def _mixed(self, inputs: mx.array, prefill: list[tuple[Request, int]]) -> mx.array:
         """Logits of the decode rows from one eager forward that also runs `prefill`'s chunks:
         each chunk token is a row of one token after the decode rows (its own position, its
-        own slot), and attention splits them again (`PagedAttentionMetadata.num_decode_rows`)."""
-        context_lens = np.fromiter(
-            (r.num_computed_tokens for r in self.decode_rows), np.int32, len(self.decode_rows)
-        )
+        own slot), and attention splits them again (`PagedAttentionMetadata.decode_rows`)."""
         # Padded as compiled steps are, so the decode kernels meet few shapes.
-        real, bs = len(context_lens), self.pool.block_size
-        num_rows = bucket(real)
-        width = bucket(self.block_table.sync(), MIN_COMPILED_TABLE_BLOCKS)
-        tables, lens, slots = self.block_table.decode_inputs(context_lens, num_rows, width)
+        real, tables, lens, slots = self._decode_batch(padded=True)
         ids, positions, chunk_slots, rows = [], [], [], []
         for r, n in prefill:
             start, table = r.num_computed_tokens - n, self.kv.get_block_ids(r)
             ids += r.all_token_ids[start : start + n]
             positions += range(start, start + n)
-            chunk_slots += [table[p // bs] * bs + p % bs for p in range(start, start + n)]
-            rows.append((start, n, input_array(table[: cdiv(start + n, bs)])))
-        meta = PagedAttentionMetadata(
+            chunk_slots += self._slots(table, start, n)
+            rows.append(self._prefill_row(table, start, n))
+        # The decode rows' own metadata is built once here, not sliced in every layer.
+        decode = PagedAttentionMetadata(
             block_tables=input_array(tables),
             context_lens=input_array(lens),
-            offsets=input_array(np.concatenate([lens - 1, np.asarray(positions, np.int32)])),
-            slot_mapping=split_slots(np.concatenate([slots, chunk_slots]), bs),
+            offsets=input_array(lens - 1),
+            slot_mapping=split_slots(slots, self.pool.block_size),
             num_query_tokens=1,
-            prefill_rows=tuple(rows),
-            num_decode_rows=num_rows,
         )
-        padding = mx.zeros(num_rows - real, inputs.dtype)
-        tokens = mx.concatenate([inputs, padding, mx.array(ids, inputs.dtype)])
+        meta = dataclasses.replace(
+            decode,
+            offsets=input_array(np.concatenate([lens - 1, np.asarray(positions, np.int32)])),
+            slot_mapping=split_slots(np.concatenate([slots, chunk_slots]), self.pool.block_size),
+            prefill_rows=tuple(rows),
+            decode_rows=decode,
+        )
+        tokens = mx.concatenate([_padded(inputs, len(lens)), mx.array(ids, inputs.dtype)])
         caches = [PagedLayerCache(self.pool, i, meta) for i in range(self.num_layers)]
         hidden = self.logits_head.body(tokens[:, None], cache=caches)
         return self.logits_head.head(hidden[:real, -1, :])
@@ -218,3 +226,10 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         self.drop_decode_rows(requests)
         gone = {id(r) for r in requests}
         self.prompt_rows = [r for r in self.prompt_rows if id(r) not in gone]
+
+
+def _padded(inputs: mx.array, num_rows: int) -> mx.array:
+    """`inputs` with zero tokens appended up to `num_rows` (padding rows of a bucketed step)."""
+    if num_rows == len(inputs):
+        return inputs
+    return mx.concatenate([inputs, mx.zeros(num_rows - len(inputs), inputs.dtype)])
