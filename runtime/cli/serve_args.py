@@ -202,9 +202,9 @@ def _add_kv_args(p: argparse.ArgumentParser) -> None:
         "--max-num-batched-tokens",
         type=_positive,
         default=None,
-        help="most tokens one step runs, decode rows included: long prompts are prefilled in "
-        "chunks between decode steps, so running streams keep their pace (paged path; "
-        "default: no budget)",
+        help="most tokens a step runs while requests decode, decode rows included: prompts "
+        "are prefilled in chunks inside decode steps, so running streams keep their pace; a "
+        "step with nothing decoding runs whole chunks (paged path; default: no budget)",
     )
 
 

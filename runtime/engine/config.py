@@ -19,9 +19,10 @@ class EngineConfig:
         max_num_seqs: most requests decoding at once (`--decode-concurrency`).
         max_num_prefill_seqs: most requests prefilling at once (`--prompt-concurrency`).
         prefill_step_size: prompt tokens per request per step (`--prefill-step-size`).
-        max_num_batched_tokens: most tokens one step runs, decode rows included, so prompts
-            are prefilled in chunks between decode steps (`--max-num-batched-tokens`, vLLM's
-            name; paged path only); None: every prefilling request gets its full chunk.
+        max_num_batched_tokens: most tokens a step runs while requests decode, decode rows
+            included, so prompts are prefilled in chunks between decode steps
+            (`--max-num-batched-tokens`, vLLM's name; paged path only); None: no budget.
+            A step with no request decoding runs every prefilling request's full chunk.
         max_model_len: longest prompt + output; None takes the model's own context length.
         block_size, kv_budget_bytes, num_blocks, enable_prefix_caching: the paged KV pool.
         paged_attention: decode attention over pages: "auto" (the generated kernel on a Metal

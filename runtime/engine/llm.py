@@ -46,8 +46,8 @@ class LLM:
         max_num_seqs: most sequences decoding at once.
         max_num_prefill_seqs: most sequences prefilling at once.
         prefill_step_size: prompt tokens per sequence per step.
-        max_num_batched_tokens: most tokens one step runs, decode rows included (paged path;
-            None: no budget).
+        max_num_batched_tokens: most tokens a step runs while sequences decode, decode rows
+            included (paged path; None: no budget).
         chat_template: replaces the tokenizer's chat template.
     """
 

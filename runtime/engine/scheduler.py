@@ -10,9 +10,9 @@ token):
   3. prefilling requests with exactly their last prompt token left start generating: that token
      runs through the model on its own and the request becomes RUNNING (it decodes next step);
   4. every other prefilling request gets a chunk of at most `prefill_step_size` prompt tokens,
-     FCFS, within the step's token budget (`max_num_batched_tokens`, when set): the decode
-     rows and starting requests count one token each, so a long prompt is prefilled in chunks
-     between decode steps instead of stalling them.
+     FCFS, within the step's token budget (`max_num_batched_tokens`) when rows decode: the
+     decode rows and starting requests count one token each, so a long prompt is prefilled in
+     chunks between decode steps instead of stalling them.
 The paged engine plans 2-4 before the step's decode forward and runs the chunks inside it.
 A request that is not batchable (a fixed seed) waits at the head of the queue until nothing else
 runs, then runs alone; nothing joins it until it finishes.
@@ -67,9 +67,10 @@ class Scheduler:
         max_num_seqs: most requests decoding at once (`--decode-concurrency`).
         max_num_prefill_seqs: most requests prefilling at once (`--prompt-concurrency`).
         prefill_step_size: most prompt tokens one request prefills per step.
-        max_num_batched_tokens: most tokens one step runs, decode rows included (None: no
-            budget, each prefilling request gets its `prefill_step_size` chunk); must exceed
-            `max_num_seqs`, so prompts always progress.
+        max_num_batched_tokens: most tokens a step with decode rows runs, those rows
+            included (None: no budget); a step without decode rows gives each prefilling
+            request its `prefill_step_size` chunk. Must exceed `max_num_seqs`, so prompts
+            always progress.
         kv: the paged KV path's admission and allocation (None: the contiguous path, which
             admits anything).
         prefill_align: chunks the budget cuts end on multiples of this (the pool's
@@ -205,9 +206,11 @@ class Scheduler:
             for req in out.starting:
                 req.num_computed_tokens += 1
 
-        budget = self.max_num_batched_tokens
+        # The budget guards decoding streams' pace: with none decoding, prompts take whole chunks.
+        rows = num_decode_rows + len(out.starting)
+        budget = self.max_num_batched_tokens if rows else None
         if budget is not None:
-            budget -= num_decode_rows + len(out.starting)
+            budget -= rows
         for req in self.prefilling:
             # The last prompt token is kept back: it starts the request (see start_in_decode).
             n = min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)

@@ -78,15 +78,17 @@ def test_prefix_cache_hit_gives_the_cold_tokens(tiny_model_dir, model_type):
 
 def test_token_budget_chunks_a_long_prompt_between_decode_steps(tiny_model_dir):
     llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
-              max_num_seqs=6, max_num_batched_tokens=9)  # fmt: skip
+              max_num_seqs=6, max_num_batched_tokens=9, prefill_step_size=16)  # fmt: skip
     long_text = " ".join(TEXTS * 4)
     prompts = [llm.tokenizer.encode(t) for t in [*TEXTS, long_text]]
-    step_tokens = []  # per step: decode rows + starting rows + prefill chunks
+    mixed_steps = []  # steps with decode rows: (all their tokens, prompt tokens)
     schedule_prompts = llm.engine.scheduler.schedule_prompts
 
     def recorded(num_decode_rows):
         plan = schedule_prompts(num_decode_rows)
-        step_tokens.append(num_decode_rows + len(plan.starting) + sum(n for _, n in plan.prefill))
+        chunks = sum(n for _, n in plan.prefill)
+        if num_decode_rows:
+            mixed_steps.append((num_decode_rows + len(plan.starting) + chunks, chunks))
         return plan
 
     llm.engine.scheduler.schedule_prompts = recorded
@@ -95,7 +97,9 @@ def test_token_budget_chunks_a_long_prompt_between_decode_steps(tiny_model_dir):
     results = llm.generate(prompts, sampling)
     for prompt, p, r in zip(prompts, sampling, results):
         assert r.token_ids == reference(llm, prompt, p.max_tokens)
-    assert len(prompts[-1]) > 9 and max(step_tokens) == 9
+    # The long prompt is prefilled in chunks inside steps that decode, within the budget.
+    assert len(prompts[-1]) > 9 and max(total for total, _ in mixed_steps) == 9
+    assert sum(chunks for _, chunks in mixed_steps) > 9
     assert_pool_full(llm)
 
 
@@ -103,7 +107,7 @@ def test_aligned_prefill_shapes_give_the_same_tokens(tiny_model_dir):
     """With `prefill_align` (on by default on CUDA only), forward widths and budget-cut chunk
     ends are multiples of it, and the tokens stay mlx-lm's."""
     llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
-              max_num_seqs=6, max_num_batched_tokens=21)  # fmt: skip
+              max_num_seqs=6, max_num_batched_tokens=21, prefill_step_size=16)  # fmt: skip
     engine = llm.engine
     engine.runner.pool.prefill_align = engine.scheduler.prefill_align = 8
     widths, steps = [], []

@@ -39,9 +39,9 @@ def test_rows_start_in_the_decode_forward(tiny_model_dir):
 def test_prefill_chunks_run_in_the_decode_forward(tiny_model_dir):
     """While rows decode, a step's prefill chunks run inside the decode forward (each chunk
     token a row of its own): a forward of their own runs only when nothing decodes, and the
-    tokens stay mlx-lm's, with a budget that cuts prompts into several chunks."""
+    tokens stay mlx-lm's, with prompts prefilled in several chunks under a budget."""
     llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
-              max_num_seqs=3, max_num_batched_tokens=12)  # fmt: skip
+              max_num_seqs=3, max_num_batched_tokens=12, prefill_step_size=4)  # fmt: skip
     runner = llm.engine.runner
     calls, decoding_at_prefill = {"mixed": 0, "forward": 0, "other": 0}, []
     mixed, prefill, decode, forward = (
@@ -94,7 +94,7 @@ def test_a_model_whose_head_cannot_be_split_prefills_in_forwards_of_its_own(
     steps, with the same tokens."""
     monkeypatch.setattr("mlx_paged.runner.paged_runner.split_logits_head", lambda model: None)
     llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
-              max_num_seqs=3, max_num_batched_tokens=12)  # fmt: skip
+              max_num_seqs=3, max_num_batched_tokens=12, prefill_step_size=4)  # fmt: skip
     runner = llm.engine.runner
     assert not runner.mixes_prefill
     calls = {"mixed": 0, "prefill": 0}

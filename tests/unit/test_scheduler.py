@@ -134,15 +134,15 @@ def test_token_budget_chunks_prompts_between_decode_rows():
                   max_num_batched_tokens=10)  # fmt: skip
     for name, n in (("a", 30), ("b", 5), ("c", 4)):
         s.add_request(req(name, n))
-    # No decode rows yet: a takes its full chunk, b the 2 tokens left, c waits.
-    assert plan_view(s.schedule_prompts()) == (["a", "b", "c"], [], [("a", 8), ("b", 2)])
-    # Three decode rows this step leave 7 tokens: a takes them all; b and c wait in order.
+    # Nothing decodes: no stream waits on the step, so every request takes its whole chunk.
+    assert plan_view(s.schedule_prompts()) == (["a", "b", "c"], [], [("a", 8), ("b", 4), ("c", 3)])
+    # Three decode rows and the two starting requests leave 5 tokens: a takes them.
+    assert plan_view(s.schedule_prompts(num_decode_rows=3)) == ([], ["b", "c"], [("a", 5)])
     assert plan_view(s.schedule_prompts(num_decode_rows=3)) == ([], [], [("a", 7)])
-    assert plan_view(s.schedule_prompts(num_decode_rows=3)) == ([], [], [("a", 7)])
-    # No decode rows: a finishes its prompt, b too, and c gets the one token left.
-    assert plan_view(s.schedule_prompts()) == ([], [], [("a", 7), ("b", 2), ("c", 1)])
-    # a and b start (one token each) and c takes the rest of its prompt.
-    assert plan_view(s.schedule_prompts()) == ([], ["a", "b"], [("c", 2)])
+    # No decode rows again: a's whole chunk, then its last token but one.
+    assert plan_view(s.schedule_prompts()) == ([], [], [("a", 8)])
+    assert plan_view(s.schedule_prompts()) == ([], [], [("a", 1)])
+    assert plan_view(s.schedule_prompts()) == ([], ["a"], [])
 
 
 def test_token_budget_must_leave_room_for_prompts():
