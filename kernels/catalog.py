@@ -75,7 +75,8 @@ def representative_specs(backend: str) -> list[KernelSpec]:
 
 def quantized_specs(backend: str) -> list[KernelSpec]:
     """A dozen dequantizing specs (SIMT kernels on quantized pages) in which each K/V bits pair,
-    group size, quantized head size, dtype, block size and window flag appears."""
+    group size, quantized head size, dtype, block size and window flag appears; on CUDA, also
+    the register-path tensor-core kernel (`decode_tc_splitk_direct`) in five of them."""
     pairs = [(8, 8), (4, 4), (8, 4), (4, 8), (16, 4), (8, 16)]
     specs = []
     for i, (k_bits, v_bits) in enumerate(pairs * 2):
@@ -95,4 +96,33 @@ def quantized_specs(backend: str) -> list[KernelSpec]:
                 group_size=KV_GROUP_SIZES[i // len(pairs)],
             )
         )
+    if backend == "cuda":
+        specs += _tensor_core_quantized_specs()
     return specs
+
+
+def _tensor_core_quantized_specs() -> list[KernelSpec]:
+    """bf16/fp16, head dims 64/128, blocks 16/32, both group sizes, windows, K or V at 16 bits."""
+    cases = [
+        ("bfloat16", 128, 16, 4, False, 4, 4, 32),
+        ("float16", 64, 32, 8, True, 8, 4, 64),
+        ("bfloat16", 128, 32, 2, False, 8, 8, 64),
+        ("float16", 128, 16, 4, True, 16, 4, 32),
+        ("bfloat16", 64, 16, 1, False, 8, 16, 32),
+    ]
+    return [
+        KernelSpec(
+            "decode_tc_splitk_direct",
+            "cuda",
+            dtype,
+            hd,
+            bs,
+            g,
+            1024,
+            sw,
+            k_bits=k,
+            v_bits=v,
+            group_size=group,
+        )  # fmt: skip
+        for dtype, hd, bs, g, sw, k, v, group in cases
+    ]

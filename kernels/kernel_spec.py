@@ -130,11 +130,12 @@ class KernelSpec:
                 f"{self.name}: quantized pages come in groups of {KV_GROUP_SIZES}"
             )
         reason = (
-            "the tensor-core kernels read 16-bit pages" if self.tensor_cores
+            "tensor-core kernels with a shared-memory ring stage 16-bit pages"
+            if self.tensor_cores and self.stages > 1
             else "the RoPE kernels write 16-bit pages" if self.rope
             else "the reduce pass reads no pages" if self.is_reduce
             else f"lanes of 8 values need head_dim {QUANT_HEAD_DIMS}"
-            if self.head_dim not in QUANT_HEAD_DIMS else None
+            if self.head_dim not in QUANT_HEAD_DIMS and not self.tensor_cores else None
         )  # fmt: skip
         if reason:
             raise UnsupportedSpecError(f"{self.name}: no quantized pages here: {reason}")

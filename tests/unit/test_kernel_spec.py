@@ -261,7 +261,7 @@ def test_quantized_specs_name_their_bits_and_parse_back():
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(kernel="decode_tc", backend="cuda"), "tensor-core kernels read 16-bit pages"),
+        (dict(kernel="decode_tc", backend="cuda"), "with a shared-memory ring stage 16-bit"),
         (dict(rope=True), "RoPE kernels write 16-bit pages"),
         (dict(kernel="decode_reduce", partition_size=512), "reduce pass reads no pages"),
         (dict(head_dim=96), "lanes of 8 values need head_dim"),
@@ -291,3 +291,33 @@ def test_quantized_lanes_read_eight_values_and_the_scales_come_last():
     plain = define(KernelSpec("decode_simt", "cuda", "bfloat16", 128, 16, 4, k_bits=16,
                               v_bits=4, group_size=64))  # fmt: skip
     assert plain.input_names[-2:] == ("v_scales", "v_biases") and "k_scales" not in plain.source
+
+
+def test_tensor_core_registers_take_packed_slices_a_group_each():
+    """On the register path a lane's K slice (32 values at head dim 128) is 16 bytes at 4 bits
+    and its V slice (16 values) 8 bytes, each with one scale and bias; 16-bit sides keep the
+    plain loads, and the ring kernels refuse quantized pages."""
+    spec = KernelSpec("decode_tc_splitk_direct", "cuda", "bfloat16", 128, 16, 4, 1024,
+                      k_bits=4, v_bits=4, group_size=32)  # fmt: skip
+    source, header = define(spec).source, define(spec).header
+    assert "reinterpret_cast<uint4*>(kq[u][n])" in source
+    assert "reinterpret_cast<uint2*>(vq[u][r])" in source
+    assert "KQ * mm_t / 32" in source and "NT * mm_g / 32" in source  # the lane's group
+    # 4-bit values dequantize two at a time (a word's q_k and q_k+4) through 2^7 + q in bf16.
+    assert "mlx_paged_dequant2(kq[u][i][w], k * 4, 0x000f000fu, k_scale[u][i]" in source
+    assert "| 0x43004300u" in header and "kd[i][8 * w + k + 4] =" in source
+    half = KernelSpec("decode_tc_splitk_direct", "cuda", "float16", 128, 16, 4, 1024,
+                      k_bits=16, v_bits=8, group_size=64)  # fmt: skip
+    source = define(half).source
+    assert "const T (&kd)[2][KQ] = kr[u];" in source and "k_scales" not in source
+    assert "reinterpret_cast<uint4*>(vq[u][r])" in source
+    assert "mlx_paged_dequant2(vq[u][i][w], k * 8, 0x00ff00ffu" in source  # 2^10 + q in fp16
+    # bf16 cannot hold 2^7 + q for 8-bit q: those dequantize one at a time through fp32.
+    bf16 = KernelSpec("decode_tc_splitk_direct", "cuda", "bfloat16", 128, 16, 4, 1024,
+                      k_bits=8, v_bits=8, group_size=64)  # fmt: skip
+    source = define(bf16).source
+    assert "mlx_paged_dequant2(" not in source and "255u" in source
+    assert "kd[i][e] = static_cast<T>(k_scale[u][i] * static_cast<float>(q)" in source
+    with pytest.raises(UnsupportedSpecError, match="shared-memory ring"):
+        KernelSpec("decode_tc_splitk", "cuda", "bfloat16", 128, 16, 4, 1024, k_bits=4,
+                   v_bits=4, group_size=32)  # fmt: skip
