@@ -123,6 +123,6 @@ def _tensor_core_quantized_specs() -> list[KernelSpec]:
             k_bits=k,
             v_bits=v,
             group_size=group,
-        )  # fmt: skip
+        )
         for dtype, hd, bs, g, sw, k, v, group in cases
     ]
