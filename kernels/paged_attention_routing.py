@@ -64,7 +64,8 @@ def dtype_name(dtype: mx.Dtype) -> str:
 def tensor_cores_serve(
     backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, quantized: bool = False
 ) -> bool:
-    """Whether the tensor-core kernels are routed for this shape (they read 16-bit pages)."""
+    """Whether the tensor-core kernels are routed for this shape (quantized pages route to the
+    SIMT kernels)."""
     return (
         not quantized
         and backend == "cuda"
