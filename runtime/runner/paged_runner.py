@@ -132,17 +132,25 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
     def _decode(self, inputs: mx.array) -> mx.array:
         """Logits of one decode step feeding `inputs`, one token per row of `decode_rows`."""
         real, tables, lens, slots = self._decode_batch(self.compiled_decode is not None)
-        meta = PagedAttentionMetadata(
+        meta = self._decode_metadata(
+            tables, lens, slots, rope_in_attention=self.pool.rope_inv_freq is not None
+        )
+        if self.compiled_decode is None:
+            return self._decode_logits(inputs, meta)
+        return self.compiled_decode(_padded(inputs, len(lens)), meta)[:real]
+
+    def _decode_metadata(
+        self, tables, lens: np.ndarray, slots, rope_in_attention: bool = False
+    ) -> PagedAttentionMetadata:
+        """Attention metadata of decode rows: one query each, at position `lens - 1`."""
+        return PagedAttentionMetadata(
             block_tables=input_array(tables),
             context_lens=input_array(lens),
             offsets=input_array(lens - 1),
             slot_mapping=split_slots(slots, self.pool.block_size),
             num_query_tokens=1,
-            rope_in_attention=self.pool.rope_inv_freq is not None,
+            rope_in_attention=rope_in_attention,
         )
-        if self.compiled_decode is None:
-            return self._decode_logits(inputs, meta)
-        return self.compiled_decode(_padded(inputs, len(lens)), meta)[:real]
 
     def _mixed(self, inputs: mx.array, prefill: list[tuple[Request, int]]) -> mx.array:
         """Logits of the decode rows from one eager forward that also runs `prefill`'s chunks:
@@ -158,13 +166,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             chunk_slots += self._slots(table, start, n)
             rows.append(self._prefill_row(table, start, n))
         # The decode rows' own metadata is built once here, not sliced in every layer.
-        decode = PagedAttentionMetadata(
-            block_tables=input_array(tables),
-            context_lens=input_array(lens),
-            offsets=input_array(lens - 1),
-            slot_mapping=split_slots(slots, self.pool.block_size),
-            num_query_tokens=1,
-        )
+        decode = self._decode_metadata(tables, lens, slots)
         meta = dataclasses.replace(
             decode,
             offsets=input_array(np.concatenate([lens - 1, np.asarray(positions, np.int32)])),
