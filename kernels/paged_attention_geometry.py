@@ -134,7 +134,8 @@ def _pass_one(spec: KernelSpec, geo: Geometry, header: str, window: tuple) -> Ke
         outputs = ("out", "partials", *rotated, "counters_next")
     new_token = ("k_new", "v_new", "rope_inv_freq") if spec.rope else ()
     counters = ("counters",) if spec.fused_reduce else ()
-    # Quantized pages: `k_pages`/`v_pages` are the packed values; their scales and biases last.
+    # Quantized pages: `k_pages`/`v_pages` are the packed values, their scales and biases come
+    # after the new token; a fused call's counters come last (the launch appends them).
     quant = tuple(
         f"{side}_{part}"
         for side, bits in (("k", spec.k_bits), ("v", spec.v_bits))
@@ -150,8 +151,8 @@ def _pass_one(spec: KernelSpec, geo: Geometry, header: str, window: tuple) -> Ke
         input_names=("queries", "k_pages", "v_pages", "block_tables", "seq_lens", "scale")
         + window
         + new_token
-        + counters
-        + quant,
+        + quant
+        + counters,
         output_names=outputs,
         threads_per_threadgroup=geo.nsg * 32,
         threadgroup_bytes=_threadgroup_bytes(geo.nsg, spec),

@@ -30,7 +30,7 @@ class LaunchPlan:
     (`CounterChain`).
 
     `launch(queries, k_pages, v_pages, block_tables, seq_lens, scale[, window][, k_new, v_new,
-    rope_inv_freq][, counters][, k_scales, k_biases][, v_scales, v_biases])` adds the plan's
+    rope_inv_freq][, k_scales, k_biases][, v_scales, v_biases][, counters])` adds the plan's
     kernels to MLX's graph and returns a list: the output, then the rotated key of a `rope`
     plan, then a fused plan's next counters. It is `launch_eager` under `mx.compile`: traced
     once, each later call replays the kernel nodes without rebuilding them (see

@@ -174,6 +174,17 @@ def test_split_kernels_write_partials_and_the_fused_one_merges():
     fused = define(KernelSpec.parse("decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024"))
     assert fused.output_names == ("out", "partials", "counters_next")
     assert fused.input_names[-1] == "counters" and "atomicAdd(fr_counter, 1)" in fused.source
+    # The launch appends the counters after every other input, scales and biases included.
+    quantized = define(
+        KernelSpec.parse("decode_tc_splitk_direct_cuda_bf16_hd128_bs16_g4_p1024_k4v8gs32")
+    )
+    assert quantized.input_names[-5:] == (
+        "k_scales",
+        "k_biases",
+        "v_scales",
+        "v_biases",
+        "counters",
+    )
     reduce = define(KernelSpec.parse("decode_reduce_cuda_bf16_hd128_bs16_g4_p512_sw"))
     assert reduce.input_names == ("partial_out", "partial_max", "partial_sum", "seq_lens", "window")
 
