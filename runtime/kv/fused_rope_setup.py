@@ -35,6 +35,11 @@ def enable_fused_rope(model, layout: KVLayout, pool: PagedKVPool, mode: str) -> 
     """
     if mode == "off" or (mode == "auto" and pool.decode_backend is None):
         return False
+    if pool.quantized:  # the decode_rope kernels hand back a 16-bit key to write
+        if mode == "on":
+            raise ValueError("fused RoPE writes 16-bit pages; use --kv-bits 16 with it")
+        logger.info("decode attention without fused RoPE: the pages are quantized")
+        return False
     freqs = defer_rope(model, layout.head_dim)
     if freqs is None:
         reason = "its RoPE is not a rotation the decode_rope kernels express"

@@ -71,3 +71,9 @@ def test_prefix_hits_and_preemption_over_quantized_pages(model_dir, compile_deco
     assert tight.engine.metrics.preemptions_total > 0
     pool = tight.engine.runner.pool
     assert (pool.k_bits, pool.v_bits) == (8, 4)
+
+
+def test_fused_rope_refuses_quantized_pages(model_dir):
+    """The decode_rope kernels return a 16-bit key for the page write: no quantized pages."""
+    with pytest.raises(ValueError, match="fused RoPE writes 16-bit pages"):
+        LLM(str(model_dir), num_blocks=16, kv_bits=4, kv_group_size=32, fused_rope="on")
