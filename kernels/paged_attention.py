@@ -58,7 +58,7 @@ def paged_attention_decode(
 
     Each row's one query sits at position `seq_lens[b] - 1` and sees keys `[0, seq_lens[b])`
     (the last `window` of them with a sliding window). Pages are `[num_blocks, block_size,
-    Hkv, D]`, row-contiguous, or `QuantizedPages` of that shape (the SIMT kernels dequantize
+    Hkv, D]`, row-contiguous, or `QuantizedPages` of that shape (the kernels dequantize
     them in registers); `block_tables` is `(B, max_blocks)` int32.
 
     Args:

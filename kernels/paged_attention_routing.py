@@ -5,8 +5,10 @@
 | CUDA, bf16/fp16, head_dim 64/128, blocks 16/32  | `decode_tc_wide` | `decode_tc_splitk` p1024   |
 |   (`decode_tc` past 72 groups)                  |                  | past 16k tokens:           |
 |                                                 |                  | `decode_tc_splitk_direct`  |
-| everywhere else (Metal, fp32, other head sizes, | `decode_simt`    | `decode_simt_splitk` p512  |
-|   quantized pages)                              |                  | + `decode_reduce`          |
+|   ... on quantized pages, at any table width    |                  | `decode_tc_splitk_direct`  |
+|                                                 |                  | p1024                      |
+| everywhere else (Metal, fp32, other head sizes) | `decode_simt`    | `decode_simt_splitk` p512  |
+|                                                 |                  | + `decode_reduce`          |
 
 "groups" are (sequence, KV head) pairs, one threadgroup each in a single pass.
 """
@@ -61,14 +63,11 @@ def dtype_name(dtype: mx.Dtype) -> str:
     return _DTYPE_NAMES[dtype]
 
 
-def tensor_cores_serve(
-    backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, quantized: bool = False
-) -> bool:
-    """Whether the tensor-core kernels are routed for this shape (quantized pages route to the
-    SIMT kernels)."""
+def tensor_cores_serve(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int) -> bool:
+    """Whether the tensor-core kernels are routed for this shape (on quantized pages, only
+    `decode_tc_splitk_direct`)."""
     return (
-        not quantized
-        and backend == "cuda"
+        backend == "cuda"
         and dtype in (mx.bfloat16, mx.float16)
         and head_dim in TENSOR_CORE_HEAD_DIMS
         and block_size % 16 == 0
@@ -103,8 +102,8 @@ def route(
     quantized: bool = False,
 ) -> Route:
     """The kernel (and partition length) for `groups` (sequence, KV head) pairs over a block
-    table `table_tokens` wide; see the table above. Quantized pages take the SIMT kernels."""
-    if not tensor_cores_serve(backend, dtype, head_dim, block_size, quantized):
+    table `table_tokens` wide; see the table above."""
+    if not tensor_cores_serve(backend, dtype, head_dim, block_size):
         partitions = math.ceil(table_tokens / SIMT_PARTITION_SIZE)
         if (
             partitions == 1
@@ -113,6 +112,8 @@ def route(
         ):
             return Route("decode_simt", 0)
         return Route("decode_simt_splitk", SIMT_PARTITION_SIZE)
+    if quantized:  # the ring kernels stage 16-bit pages only
+        return Route("decode_tc_splitk_direct", TC_PARTITION_SIZE)
     split = "decode_tc_splitk_direct" if table_tokens > TC_LONG_CONTEXT else "decode_tc_splitk"
     size = partition_size_for(split, groups, table_tokens)
     partial_second_wave = TC_RESIDENT_THREADGROUPS < groups < TC_RESIDENT_THREADGROUPS * 7 // 4
@@ -143,7 +144,12 @@ def routed_specs(
     `rope`: their `decode_rope_*` forms (the reduce pass has none: it is shared); `bits`: K
     bits, V bits and group size of quantized pages (the reduce reads no pages)."""
     quantized = min(bits[:2]) < 16
-    if tensor_cores_serve(backend, dtype, head_dim, block_size, quantized):
+    if tensor_cores_serve(backend, dtype, head_dim, block_size) and quantized:
+        return [
+            KernelSpec("decode_tc_splitk_direct", backend, dtype_name(dtype), head_dim,
+                       block_size, gqa, TC_PARTITION_SIZE, sliding_window, rope, *bits)
+        ]  # fmt: skip
+    if tensor_cores_serve(backend, dtype, head_dim, block_size):
         names = ("decode_tc_wide", "decode_tc", "decode_tc_splitk", "decode_tc_splitk_direct")
     else:
         names = ("decode_simt", "decode_simt_splitk", "decode_reduce")

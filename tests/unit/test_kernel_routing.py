@@ -98,12 +98,20 @@ def test_routed_specs_are_what_warm_up_compiles():
     ]
 
 
-def test_quantized_pages_take_the_simt_kernels():
-    """The tensor-core kernels read 16-bit pages: quantized ones route as SIMT shapes do."""
-    assert route("cuda", BF16, 128, 16, 8, 32768, quantized=True) == Route(
+def test_quantized_pages_take_the_register_path_split_k_or_simt():
+    """The ring kernels stage 16-bit pages, so quantized pages on tensor-core shapes take the
+    register-path split-K over 1024-token partitions at every width; the SIMT shapes route as
+    on 16-bit pages."""
+    direct = "decode_tc_splitk_direct"
+    for groups, tokens in ((256, 8192), (512, 2176), (2048, 4096), (8, 32768), (1, 16)):
+        assert route("cuda", BF16, 128, 16, groups, tokens, quantized=True) == Route(direct, 1024)
+    assert route("cuda", mx.float16, 64, 32, 8, 100, quantized=True) == Route(direct, 1024)
+    assert route("cuda", mx.float32, 128, 16, 8, 32768, quantized=True) == Route(
         "decode_simt_splitk", 512
     )
-    assert route("cuda", BF16, 128, 16, 1024, 8192, quantized=True) == Route("decode_simt", 0)
+    assert route("metal", BF16, 128, 16, 1024, 8192, quantized=True) == Route("decode_simt", 0)
     specs = routed_specs("cuda", BF16, 128, 16, 4, False, bits=(8, 4, 32))
+    assert [s.name for s in specs] == [f"{direct}_cuda_bf16_hd128_bs16_g4_p1024_k8v4gs32"]
+    specs = routed_specs("metal", BF16, 128, 16, 4, False, bits=(8, 4, 32))
     assert [s.kernel for s in specs] == ["decode_simt", "decode_simt_splitk", "decode_reduce"]
     assert [(s.k_bits, s.v_bits, s.group_size) for s in specs] == [(8, 4, 32)] * 2 + [(16, 16, 0)]
