@@ -4,7 +4,9 @@ paged KV with the reference attention, the contiguous path, and mlx-lm's BatchGe
 Decode tokens/s = batch x (new - 1) / (time to generate `new` tokens - time to generate 1),
 so every method pays the same prefill and only the decode steps are compared. Median of
 `--repeats` runs, after one warm-up run per method of the full length (a shorter one left the
-first timed run of the kernel path at a quarter of the later ones' speed on the H200).
+first timed run of the kernel path at a quarter of the later ones' speed on the H200). The
+methods take turns, one sample each per round, so a host's drift reaches all of them alike;
+`paired_ratio` is the median over rounds of a method's tok/s over the first method's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import platform
 import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import mlx.core as mx
@@ -31,16 +34,24 @@ def _timed_engine(llm, prompts, max_tokens: int) -> float:
     return time.perf_counter() - tic
 
 
-def _decode_tok_s(run, batch: int, new: int, repeats: int, warm_up: bool = True):
-    """Median decode tok/s over `repeats` and the samples; `warm_up=False` when the caller
-    already ran `run(new)`."""
-    if warm_up:  # at every table width the timed runs see: kernels, buffers, graphs
-        run(new)
-    samples = []
+def _interleaved(runs: dict, batch: int, new: int, repeats: int) -> dict:
+    """`runs` maps a method to `run(n)`, the seconds to generate n tokens per sequence (each
+    warmed up already). Rounds time every method once, in order; returns per method its
+    median tok/s, its samples and `paired_ratio` (see the module docstring)."""
+    samples: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(repeats):
-        full, first = run(new), run(1)
-        samples.append(batch * (new - 1) / (full - first))
-    return statistics.median(samples), samples
+        for name, run in runs.items():
+            full, first = run(new), run(1)
+            samples[name].append(batch * (new - 1) / (full - first))
+    base = samples[next(iter(runs))]
+    return {
+        name: {
+            "decode_tok_s": statistics.median(tok_s),
+            "samples": tok_s,
+            "paired_ratio": statistics.median(a / b for a, b in zip(tok_s, base)),
+        }
+        for name, tok_s in samples.items()
+    }
 
 
 RANDOM_MODEL = "random llama 1B (hidden 2048, 16 layers, 32/8 heads, bf16)"
@@ -57,12 +68,7 @@ def main(args) -> int:
             model = str(build_random_llama(Path(tmp) / "llama-1b-random"))
         rng = np.random.default_rng(0)
         prompts = [rng.integers(2, 32000, size=args.prompt).tolist() for _ in range(args.batch)]
-        methods, bg_model = _engine_methods(model, prompts, args)
-        samples = _decode_tok_s(
-            lambda n: run_batch_generator(bg_model, prompts, n, args.batch)[0],
-            args.batch, args.new, args.repeats,
-        )  # fmt: skip
-        methods["batch_generator"] = _method("batch_generator", *samples)
+        methods = _timed_methods(model, prompts, args)
     base = methods["batch_generator"]["decode_tok_s"]
     for entry in methods.values():
         entry["vs_batch_generator"] = entry["decode_tok_s"] / base
@@ -70,15 +76,36 @@ def main(args) -> int:
               "device": device_name(),
               "mlx": mx.__version__, "machine": platform.machine(), "batch": args.batch,
               "prompt_tokens": args.prompt, "new_tokens": args.new, "repeats": args.repeats,
-              "statistic": "median", "methods": methods}  # fmt: skip
+              "statistic": "median", "paired_base": next(iter(methods)),
+              "methods": methods}  # fmt: skip
     write_result(result, args.out)
     return 0
 
 
-def _method(name: str, tok_s: float, samples: list[float]) -> dict:
-    runs = ", ".join(f"{s:.1f}" for s in samples)
-    print(f"{name:16s} {tok_s:9.1f} decode tok/s  (runs: {runs})", flush=True)
-    return {"decode_tok_s": tok_s, "samples": samples}
+def _timed_methods(model: str, prompts: list, args) -> dict:
+    """Every method of `args.methods` and `BatchGenerator`, timed in turns (`_interleaved`),
+    with the engines' host/wait split and attention calls."""
+    llms, bg_model = _engines(model, prompts, args)
+    try:
+        runs = {name: partial(_timed_engine, llm, prompts) for name, llm in llms.items()}
+        runs["batch_generator"] = lambda n: run_batch_generator(bg_model, prompts, n, args.batch)[0]
+        runs["batch_generator"](args.new)  # its warm-up; the engines warmed up as they loaded
+        before = {name: _step_counters(llm) for name, llm in llms.items()}
+        methods = _interleaved(runs, args.batch, args.new, args.repeats)
+        for name, entry in methods.items():
+            _print_method(name, entry)
+            if name in llms:
+                entry.update(_engine_figures(name, llms[name], before[name], args.batch))
+        return methods
+    finally:
+        for llm in llms.values():
+            llm.engine.shutdown()
+
+
+def _print_method(name: str, entry: dict) -> None:
+    runs = ", ".join(f"{s:.1f}" for s in entry["samples"])
+    print(f"{name:16s} {entry['decode_tok_s']:9.1f} decode tok/s, {entry['paired_ratio']:.3f}x "
+          f"the first method round by round  (runs: {runs})", flush=True)  # fmt: skip
 
 
 ENGINE_METHODS = {
@@ -97,36 +124,31 @@ ENGINE_METHODS = {
 DEFAULT_METHODS = ("paged_kernel", "paged_reference", "contiguous")
 
 
-def _engine_methods(model: str, prompts: list, args) -> tuple[dict, object]:
-    """The engine's paths in `args.methods`, one after another; also a loaded model for
-    `BatchGenerator` (the contiguous path's, when it ran)."""
+def _engines(model: str, prompts: list, args) -> tuple[dict, object]:
+    """An engine, warmed up, for each of the engine's paths in `args.methods`; also a loaded
+    model for `BatchGenerator` (the contiguous path's, when it is one of them)."""
     from mlx_paged import LLM
 
     common = dict(max_num_seqs=args.batch, max_num_prefill_seqs=args.prefill_batch,
                   prefill_step_size=args.prompt, enable_prefix_caching=False)  # fmt: skip
-    methods, bg_model = {}, None
+    llms = {}
     for name in (m for m in args.methods if m in ENGINE_METHODS):
-        llm = LLM(model, **common, **ENGINE_METHODS[name])
-        _timed_engine(llm, prompts, args.new)  # warm-up, left out of the host/wait split
-        before = _step_counters(llm)
-        samples = _decode_tok_s(lambda n, llm=llm: _timed_engine(llm, prompts, n), args.batch,
-                                args.new, args.repeats, warm_up=False)  # fmt: skip
-        methods[name] = _method(name, *samples)
-        methods[name].update(_step_split(llm, before, args.batch))
-        if name.startswith("paged"):
-            calls = llm.engine.runner.pool.attention_calls
-            methods[name]["attention_calls"] = {f"{p}/{ph}": n for (p, ph), n in calls.items()}
-        if name == "contiguous":
-            bg_model = llm.model
-        else:
-            llm.engine.shutdown()
-            del llm
-        mx.clear_cache()
-    if bg_model is None:
-        from mlx_lm import load
+        llms[name] = LLM(model, **common, **ENGINE_METHODS[name])
+        _timed_engine(llms[name], prompts, args.new)  # warm-up, left out of the host/wait split
+    if "contiguous" in llms:
+        return llms, llms["contiguous"].model
+    from mlx_lm import load
 
-        bg_model = load(model)[0]
-    return methods, bg_model
+    return llms, load(model)[0]
+
+
+def _engine_figures(name: str, llm, before: tuple[float, float, int], batch: int) -> dict:
+    """Host and wait ms per step (`_step_split`) and, on the paged paths, attention calls."""
+    figures = _step_split(llm, before, batch)
+    if name.startswith("paged"):
+        calls = llm.engine.runner.pool.attention_calls
+        figures["attention_calls"] = {f"{p}/{ph}": n for (p, ph), n in calls.items()}
+    return figures
 
 
 def _step_counters(llm) -> tuple[float, float, int]:
