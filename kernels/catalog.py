@@ -102,7 +102,16 @@ def quantized_specs(backend: str) -> list[KernelSpec]:
 
 
 def _tensor_core_quantized_specs() -> list[KernelSpec]:
-    """bf16/fp16, head dims 64/128, blocks 16/32, both group sizes, windows, K or V at 16 bits."""
+    """The register path (bf16/fp16, head dims 64/128, blocks 16/32, both group sizes, windows,
+    K or V at 16 bits) and the quantized ring of each ring kernel."""
+    rings = [
+        KernelSpec("decode_tc_splitk", "cuda", "bfloat16", 128, 16, 4, 1024, k_bits=4, v_bits=4,
+                   group_size=32),
+        KernelSpec("decode_tc", "cuda", "float16", 64, 32, 8, 0, True, k_bits=8, v_bits=4,
+                   group_size=32),
+        KernelSpec("decode_tc_wide", "cuda", "bfloat16", 128, 32, 2, 0, k_bits=8, v_bits=8,
+                   group_size=64),
+    ]  # fmt: skip
     cases = [
         ("bfloat16", 128, 16, 4, False, 4, 4, 32),
         ("float16", 64, 32, 8, True, 8, 4, 64),
@@ -125,4 +134,4 @@ def _tensor_core_quantized_specs() -> list[KernelSpec]:
             group_size=group,
         )
         for dtype, hd, bs, g, sw, k, v, group in cases
-    ]
+    ] + rings

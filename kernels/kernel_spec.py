@@ -129,9 +129,13 @@ class KernelSpec:
             raise UnsupportedSpecError(
                 f"{self.name}: quantized pages come in groups of {KV_GROUP_SIZES}"
             )
+        ring = self.tensor_cores and self.stages > 1
         reason = (
-            "tensor-core kernels with a shared-memory ring stage 16-bit pages"
-            if self.tensor_cores and self.stages > 1
+            "the tensor-core ring stages both sides quantized or both at 16 bits"
+            if ring and max(self.k_bits, self.v_bits) == 16
+            else "the tensor-core ring copies scales in pieces of at least 4 bytes "
+            "(head_dim / group_size >= 2)"
+            if ring and self.head_dim // self.group_size < 2
             else "the RoPE kernels write 16-bit pages" if self.rope
             else "the reduce pass reads no pages" if self.is_reduce
             else f"lanes of 8 values need head_dim {QUANT_HEAD_DIMS}"

@@ -1,5 +1,5 @@
-"""The dequantizing decode kernels (SIMT, and on CUDA the register-path tensor-core kernel) on
-quantized pages against the pure-MLX reference over the same pages dequantized, on the GPU."""
+"""The dequantizing decode kernels (SIMT, and on CUDA the tensor-core register path and ring)
+on quantized pages against the pure-MLX reference over the same pages dequantized, on the GPU."""
 
 from __future__ import annotations
 

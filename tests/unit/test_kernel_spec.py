@@ -16,7 +16,7 @@ from mlx_paged.codegen.build import (
 )
 from mlx_paged.kernels.catalog import all_specs, quantized_specs, representative_specs
 from mlx_paged.kernels.kernel_spec import KERNELS, KernelSpec, UnsupportedSpecError
-from mlx_paged.kernels.paged_attention_geometry import Geometry, define, geometry
+from mlx_paged.kernels.paged_attention_geometry import Geometry, define, geometry, ring_slot_bytes
 
 METAL_ATTRIBUTES = (
     "threadgroup_position_in_grid",
@@ -272,7 +272,8 @@ def test_quantized_specs_name_their_bits_and_parse_back():
 @pytest.mark.parametrize(
     "kwargs,message",
     [
-        (dict(kernel="decode_tc", backend="cuda"), "with a shared-memory ring stage 16-bit"),
+        (dict(kernel="decode_tc", backend="cuda", v_bits=16), "both sides quantized or both"),
+        (dict(kernel="decode_tc", backend="cuda", head_dim=64, group_size=64), "at least 4 bytes"),
         (dict(rope=True), "RoPE kernels write 16-bit pages"),
         (dict(kernel="decode_reduce", partition_size=512), "reduce pass reads no pages"),
         (dict(head_dim=96), "lanes of 8 values need head_dim"),
@@ -307,7 +308,7 @@ def test_quantized_lanes_read_eight_values_and_the_scales_come_last():
 def test_tensor_core_registers_take_packed_slices_a_group_each():
     """On the register path a lane's K slice (32 values at head dim 128) is 16 bytes at 4 bits
     and its V slice (16 values) 8 bytes, each with one scale and bias; 16-bit sides keep the
-    plain loads, and the ring kernels refuse quantized pages."""
+    plain loads."""
     spec = KernelSpec("decode_tc_splitk_direct", "cuda", "bfloat16", 128, 16, 4, 1024,
                       k_bits=4, v_bits=4, group_size=32)  # fmt: skip
     source, header = define(spec).source, define(spec).header
@@ -329,6 +330,19 @@ def test_tensor_core_registers_take_packed_slices_a_group_each():
     source = define(bf16).source
     assert "mlx_paged_dequant2(" not in source and "255u" in source
     assert "kd[i][e] = static_cast<T>(k_scale[u][i] * static_cast<float>(q)" in source
-    with pytest.raises(UnsupportedSpecError, match="shared-memory ring"):
-        KernelSpec("decode_tc_splitk", "cuda", "bfloat16", 128, 16, 4, 1024, k_bits=4,
-                   v_bits=4, group_size=32)  # fmt: skip
+
+
+def test_quantized_ring_slot_holds_packed_rows_then_scales_and_biases():
+    """A slot of the quantized ring: 16 packed K rows and 16 V rows of this KV head (64 bytes
+    each at head dim 128 and 4 bits), then 16 rows of each of the 4 scale and bias arrays (4
+    groups of 2 bytes), copied by cp.async and read back into the register path's slices."""
+    spec = KernelSpec("decode_tc_splitk", "cuda", "bfloat16", 128, 16, 4, 1024, k_bits=4,
+                      v_bits=4, group_size=32)  # fmt: skip
+    defn = define(spec)
+    assert ring_slot_bytes(spec) == 16 * (64 + 64) + 4 * 16 * 8
+    assert defn.ring_bytes == 4 * 3 * ring_slot_bytes(spec)  # 4 simdgroups, 3 slots each
+    assert "mlx_paged_cp_async_at<SB>(" in defn.source and "cp.async.ca" in defn.header
+    assert "reinterpret_cast<uint4*>(kq[0][i])[vi]" in defn.source
+    assert "mlx_paged_dequant2(kq[0][i][w], k * 4, 0x000f000fu" in defn.source
+    # Queries and outputs take the register path's dim order, not ldmatrix's.
+    assert "KQ * mm_t + 4 * s + 2 * h" in defn.source and "ldmatrix" not in defn.header
