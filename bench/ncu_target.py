@@ -3,12 +3,14 @@
     ncu --section SpeedOfLight --section Occupancy --section WarpStateStats \\
         --section SchedulerStats --section LaunchStats --section MemoryWorkloadAnalysis \\
         -k regex:paged --launch-skip 2 --launch-count 1 \\
-        python3 -m mlx_paged.bench.ncu_target BATCH CONTEXT [KERNEL|read|sdpa|-] [PARTITION]
+        python3 -m mlx_paged.bench.ncu_target BATCH CONTEXT [KERNEL|read|sdpa|-] [PARTITION|-] \\
+        [BITS/GROUP]
 
 The shape is the kernel benchmark's (32 query / 8 KV heads, head_dim 128, bf16, blocks of 16,
 a 4 GiB pool with shuffled block ids). KERNEL names one of `KERNELS` ("-" the routed one),
 "read" the paged-read ceiling, "sdpa" MLX's SDPA on the same K/V made contiguous (use
-`-k regex:sdpa`); PARTITION is a split kernel's partition length.
+`-k regex:sdpa`); PARTITION is a split kernel's partition length ("-": the routed one);
+BITS/GROUP (e.g. 4/32) quantizes the pages the kernels read (`QuantizedPages`).
 """
 
 from __future__ import annotations
@@ -20,14 +22,23 @@ import mlx.core as mx
 from mlx_paged.bench.paged_read import paged_read
 from mlx_paged.bench.problems import contiguous_kv, standard_problem
 from mlx_paged.kernels.paged_attention import paged_attention_decode
+from mlx_paged.kernels.quantized_pages import QuantizedPages
 
 
 def main(argv: list[str], pool_bytes: int = 4 << 30) -> None:
     """Run the calls `argv` asks for (see the module docstring) on a pool of `pool_bytes`."""
     batch, context = int(argv[0]), int(argv[1])
     kernel = argv[2] if len(argv) > 2 and argv[2] != "-" else None
-    partition = int(argv[3]) if len(argv) > 3 else None
+    partition = int(argv[3]) if len(argv) > 3 and argv[3] != "-" else None
     queries, k_pages, v_pages, tables, lens = standard_problem(batch, context, pool_bytes)
+    if len(argv) > 4:
+        if kernel in ("read", "sdpa"):
+            raise ValueError(f"{kernel} reads 16-bit K/V; BITS/GROUP is for the decode kernels")
+        bits, group = (int(x) for x in argv[4].split("/"))
+        k_pages, v_pages = (
+            QuantizedPages(*mx.quantize(p, group_size=group, bits=bits), bits, group)
+            for p in (k_pages, v_pages)
+        )
     if kernel == "sdpa":
         k, v = contiguous_kv(k_pages, v_pages, tables, context)
     for _ in range(3):
