@@ -5,8 +5,9 @@ Decode tokens/s = batch x (new - 1) / (time to generate `new` tokens - time to g
 so every method pays the same prefill and only the decode steps are compared. Median of
 `--repeats` runs, after one warm-up run per method of the full length (a shorter one left the
 first timed run of the kernel path at a quarter of the later ones' speed on the H200). The
-methods take turns, one sample each per round, so a host's drift reaches all of them alike;
-`paired_ratio` is the median over rounds of a method's tok/s over the first method's.
+methods take turns, one sample each per round, so a host's drift reaches all of them alike
+(every method's engine stays loaded for the whole run); `paired_ratio` is the median over
+rounds of a method's tok/s over the first method's.
 """
 
 from __future__ import annotations

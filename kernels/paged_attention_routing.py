@@ -112,7 +112,7 @@ def route(
         ):
             return Route("decode_simt", 0)
         return Route("decode_simt_splitk", SIMT_PARTITION_SIZE)
-    if quantized:  # the ring kernels stage 16-bit pages only
+    if quantized:  # the register path; the quantized ring has not run on a GPU yet
         return Route("decode_tc_splitk_direct", TC_PARTITION_SIZE)
     split = "decode_tc_splitk_direct" if table_tokens > TC_LONG_CONTEXT else "decode_tc_splitk"
     size = partition_size_for(split, groups, table_tokens)
