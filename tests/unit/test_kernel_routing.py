@@ -99,7 +99,7 @@ def test_routed_specs_are_what_warm_up_compiles():
 
 
 def test_quantized_pages_take_the_register_path_split_k_or_simt():
-    """The ring kernels stage 16-bit pages, so quantized pages on tensor-core shapes take the
+    """The ring kernels route 16-bit pages only, so quantized pages on tensor-core shapes take the
     register-path split-K over 1024-token partitions at every width; the SIMT shapes route as
     on 16-bit pages."""
     direct = "decode_tc_splitk_direct"
