@@ -35,16 +35,16 @@ class Geometry:
         """Shared memory of the K/V rings of all simdgroups (0 without a ring)."""
         if self.stages < 2:
             return 0
-        return self.nsg * self.stages * ring_slot_bytes(spec)
+        return self.nsg * self.stages * ring_slot_bytes(spec, self.stage_rows)
 
 
-def ring_slot_bytes(spec: KernelSpec) -> int:
-    """One ring slot: 16 rows of K and of V; on quantized pages, of packed values, then the
-    rows' scales and biases of each side (`_mma_quant_ring.jinja`)."""
+def ring_slot_bytes(spec: KernelSpec, rows: int = 16) -> int:
+    """One ring slot: `rows` rows of K and of V; on quantized pages, of packed values, then
+    the rows' scales and biases of each side (`_mma_quant_ring.jinja`)."""
     if not spec.quantized:
-        return 2 * 16 * spec.head_dim * spec.itemsize
+        return 2 * rows * spec.head_dim * spec.itemsize
     packed = spec.head_dim * (spec.k_bits + spec.v_bits) // 8
-    return 16 * (packed + 4 * spec.head_dim // spec.group_size * spec.itemsize)
+    return rows * (packed + 4 * spec.head_dim // spec.group_size * spec.itemsize)
 
 
 def _threadgroup_bytes(nsg: int, spec: KernelSpec) -> int:

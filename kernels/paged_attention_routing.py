@@ -144,15 +144,16 @@ def routed_specs(
     `rope`: their `decode_rope_*` forms (the reduce pass has none: it is shared); `bits`: K
     bits, V bits and group size of quantized pages (the reduce reads no pages)."""
     quantized = min(bits[:2]) < 16
-    if tensor_cores_serve(backend, dtype, head_dim, block_size) and quantized:
-        return [
-            KernelSpec("decode_tc_splitk_direct", backend, dtype_name(dtype), head_dim,
-                       block_size, gqa, TC_PARTITION_SIZE, sliding_window, rope, *bits)
-        ]  # fmt: skip
-    if tensor_cores_serve(backend, dtype, head_dim, block_size):
-        names = ("decode_tc_wide", "decode_tc", "decode_tc_splitk", "decode_tc_splitk_direct")
+    tensor_cores = tensor_cores_serve(backend, dtype, head_dim, block_size)
+    if tensor_cores and quantized:  # `route` takes one kernel and partition length here
+        sizes = {"decode_tc_splitk_direct": (TC_PARTITION_SIZE,)}
     else:
-        names = ("decode_simt", "decode_simt_splitk", "decode_reduce")
+        names = (
+            ("decode_tc_wide", "decode_tc", "decode_tc_splitk", "decode_tc_splitk_direct")
+            if tensor_cores
+            else ("decode_simt", "decode_simt_splitk", "decode_reduce")
+        )
+        sizes = {name: KERNELS[name].partition_sizes or (0,) for name in names}
     return [
         KernelSpec(
             name,
@@ -166,7 +167,7 @@ def routed_specs(
             rope and name != "decode_reduce",
             *(bits if name != "decode_reduce" else (16, 16, 0)),
         )  # fmt: skip
-        for name in names
-        for size in KERNELS[name].partition_sizes or (0,)
+        for name, name_sizes in sizes.items()
+        for size in name_sizes
         if not (rope and name == "decode_reduce")
     ]
