@@ -72,6 +72,18 @@ KERNELS = {
 }
 
 
+def ring_refuses_quantized(head_dim: int, k_bits: int, v_bits: int, group_size: int) -> str | None:
+    """Why the tensor-core ring kernels cannot stage these quantized pages, or None."""
+    if max(k_bits, v_bits) == 16:
+        return "the tensor-core ring stages both sides quantized or both at 16 bits"
+    if head_dim // group_size < 2:
+        return (
+            "the tensor-core ring copies scales in pieces of at least 4 bytes "
+            "(head_dim / group_size >= 2)"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     """One kernel (a key of `KERNELS`) at one shape, e.g.
@@ -130,13 +142,9 @@ class KernelSpec:
                 f"{self.name}: quantized pages come in groups of {KV_GROUP_SIZES}"
             )
         ring = self.tensor_cores and self.stages > 1
-        reason = (
-            "the tensor-core ring stages both sides quantized or both at 16 bits"
-            if ring and max(self.k_bits, self.v_bits) == 16
-            else "the tensor-core ring copies scales in pieces of at least 4 bytes "
-            "(head_dim / group_size >= 2)"
-            if ring and self.head_dim // self.group_size < 2
-            else "the RoPE kernels write 16-bit pages" if self.rope
+        bits = (self.k_bits, self.v_bits, self.group_size)
+        reason = (ring and ring_refuses_quantized(self.head_dim, *bits)) or (
+            "the RoPE kernels write 16-bit pages" if self.rope
             else "the reduce pass reads no pages" if self.is_reduce
             else f"lanes of 8 values need head_dim {QUANT_HEAD_DIMS}"
             if self.head_dim not in QUANT_HEAD_DIMS and not self.tensor_cores else None

@@ -88,7 +88,7 @@ def launch_plan(
     table_tokens = table_blocks * block_size
     kernel, partition_size = _kernel_and_partition(
         kernel, partition_size, backend, dtype, head_dim, block_size, groups, table_tokens,
-        min(bits[:2]) < 16,
+        bits,
     )  # fmt: skip
     spec = KernelSpec(
         kernel, backend, dtype_name(dtype), head_dim, block_size, num_heads // num_kv_heads,
@@ -127,12 +127,12 @@ def launch_plan(
 
 
 def _kernel_and_partition(
-    kernel, partition_size, backend, dtype, head_dim, block_size, groups, table_tokens, quantized
+    kernel, partition_size, backend, dtype, head_dim, block_size, groups, table_tokens, bits
 ) -> tuple[str, int]:
     """The routed kernel and partition length, or the forced `kernel`'s (with the partition
     length routing would give it unless `partition_size` is set)."""
     if kernel is None:
-        return route(backend, dtype, head_dim, block_size, groups, table_tokens, quantized)
+        return route(backend, dtype, head_dim, block_size, groups, table_tokens, bits)
     if kernel not in KERNELS or KERNELS[kernel].split == "reduce":
         raise UnsupportedSpecError(
             f"{kernel!r} is not a kernel to launch (pass 1 kernels: "

@@ -5,8 +5,10 @@
 | CUDA, bf16/fp16, head_dim 64/128, blocks 16/32  | `decode_tc_wide` | `decode_tc_splitk` p1024   |
 |   (`decode_tc` past 72 groups)                  |                  | past 16k tokens:           |
 |                                                 |                  | `decode_tc_splitk_direct`  |
-|   ... on quantized pages, at any table width    |                  | `decode_tc_splitk_direct`  |
-|                                                 |                  | p1024                      |
+|   ... on quantized pages (both sides quantized, | as above         | `decode_tc_splitk` p1024   |
+|   head_dim / group_size >= 2)                   |                  | at every width             |
+|   ... on other quantized pages                  | none             | `decode_tc_splitk_direct`  |
+|                                                 |                  | p1024 at every width       |
 | everywhere else (Metal, fp32, other head sizes) | `decode_simt`    | `decode_simt_splitk` p512  |
 |                                                 |                  | + `decode_reduce`          |
 
@@ -25,6 +27,7 @@ from mlx_paged.kernels.kernel_spec import (
     TENSOR_CORE_HEAD_DIMS,
     KernelSpec,
     UnsupportedSpecError,
+    ring_refuses_quantized,
 )
 
 SIMT_PARTITION_SIZE = 512
@@ -64,8 +67,7 @@ def dtype_name(dtype: mx.Dtype) -> str:
 
 
 def tensor_cores_serve(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int) -> bool:
-    """Whether the tensor-core kernels are routed for this shape (on quantized pages, only
-    `decode_tc_splitk_direct`)."""
+    """Whether the tensor-core kernels are routed for this shape."""
     return (
         backend == "cuda"
         and dtype in (mx.bfloat16, mx.float16)
@@ -99,10 +101,11 @@ def route(
     block_size: int,
     groups: int,
     table_tokens: int,
-    quantized: bool = False,
+    bits: tuple[int, int, int] = (16, 16, 0),
 ) -> Route:
     """The kernel (and partition length) for `groups` (sequence, KV head) pairs over a block
-    table `table_tokens` wide; see the table above."""
+    table `table_tokens` wide, on pages of `bits` (K bits, V bits, group size); see the table
+    above."""
     if not tensor_cores_serve(backend, dtype, head_dim, block_size):
         partitions = math.ceil(table_tokens / SIMT_PARTITION_SIZE)
         if (
@@ -112,9 +115,13 @@ def route(
         ):
             return Route("decode_simt", 0)
         return Route("decode_simt_splitk", SIMT_PARTITION_SIZE)
-    if quantized:  # the register path; the quantized ring has not run on a GPU yet
+    quantized = min(bits[:2]) < 16
+    if quantized and ring_refuses_quantized(head_dim, *bits):
         return Route("decode_tc_splitk_direct", TC_PARTITION_SIZE)
-    split = "decode_tc_splitk_direct" if table_tokens > TC_LONG_CONTEXT else "decode_tc_splitk"
+    # Long tables of 16-bit pages split on the register path; quantized ones stay on the ring,
+    # which is faster on a third of the bytes (docs/kernels.md, "Quantized pages").
+    long = table_tokens > TC_LONG_CONTEXT and not quantized
+    split = "decode_tc_splitk_direct" if long else "decode_tc_splitk"
     size = partition_size_for(split, groups, table_tokens)
     partial_second_wave = TC_RESIDENT_THREADGROUPS < groups < TC_RESIDENT_THREADGROUPS * 7 // 4
     single = (
@@ -145,11 +152,12 @@ def routed_specs(
     bits, V bits and group size of quantized pages (the reduce reads no pages)."""
     quantized = min(bits[:2]) < 16
     tensor_cores = tensor_cores_serve(backend, dtype, head_dim, block_size)
-    if tensor_cores and quantized:  # `route` takes one kernel and partition length here
-        sizes = {"decode_tc_splitk_direct": (TC_PARTITION_SIZE,)}
+    if tensor_cores and quantized and ring_refuses_quantized(head_dim, *bits):
+        sizes = {"decode_tc_splitk_direct": (TC_PARTITION_SIZE,)}  # `route`'s one choice here
     else:
         names = (
-            ("decode_tc_wide", "decode_tc", "decode_tc_splitk", "decode_tc_splitk_direct")
+            ("decode_tc_wide", "decode_tc", "decode_tc_splitk")
+            + (() if quantized else ("decode_tc_splitk_direct",))
             if tensor_cores
             else ("decode_simt", "decode_simt_splitk", "decode_reduce")
         )

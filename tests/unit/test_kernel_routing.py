@@ -98,20 +98,38 @@ def test_routed_specs_are_what_warm_up_compiles():
     ]
 
 
-def test_quantized_pages_take_the_register_path_split_k_or_simt():
-    """The ring kernels route 16-bit pages only, so quantized pages on tensor-core shapes take the
-    register-path split-K over 1024-token partitions at every width; the SIMT shapes route as
-    on 16-bit pages."""
-    direct = "decode_tc_splitk_direct"
-    for groups, tokens in ((256, 8192), (512, 2176), (2048, 4096), (8, 32768), (1, 16)):
-        assert route("cuda", BF16, 128, 16, groups, tokens, quantized=True) == Route(direct, 1024)
-    assert route("cuda", mx.float16, 64, 32, 8, 100, quantized=True) == Route(direct, 1024)
-    assert route("cuda", mx.float32, 128, 16, 8, 32768, quantized=True) == Route(
-        "decode_simt_splitk", 512
-    )
-    assert route("metal", BF16, 128, 16, 1024, 8192, quantized=True) == Route("decode_simt", 0)
+def test_quantized_pages_route_to_the_ring_as_16_bit_pages_do_but_never_the_register_path():
+    """Quantized pages on tensor-core shapes take the ring kernels where 16-bit pages would, and
+    the ring split-K (p1024) where 16-bit pages take the register path past 16k tokens; with a
+    16-bit side or head_dim / group_size < 2 (which the ring cannot stage) the register-path
+    split-K; the SIMT shapes route as on 16-bit pages."""
+    q4 = (4, 4, 32)
+    cases = {
+        (256, 8192): Route("decode_tc", 0),
+        (512, 2176): Route("decode_tc", 0),
+        (8, 512): Route("decode_tc_wide", 0),
+        (8, 8192): Route("decode_tc_splitk", 1024),
+        (8, 32768): Route("decode_tc_splitk", 1024),
+        (300, 32768): Route("decode_tc_splitk", 1024),
+    }
+    for (groups, tokens), expected in cases.items():
+        assert route("cuda", BF16, 128, 16, groups, tokens, q4) == expected, (groups, tokens)
+    direct = Route("decode_tc_splitk_direct", 1024)
+    for bits in ((8, 16, 32), (16, 4, 64), (4, 4, 64)):
+        head_dim = 64 if bits == (4, 4, 64) else 128
+        assert route("cuda", mx.float16, head_dim, 32, 256, 8192, bits) == direct
+    assert route("cuda", mx.float32, 128, 16, 8, 32768, q4) == Route("decode_simt_splitk", 512)
+    assert route("metal", BF16, 128, 16, 1024, 8192, q4) == Route("decode_simt", 0)
     specs = routed_specs("cuda", BF16, 128, 16, 4, False, bits=(8, 4, 32))
-    assert [s.name for s in specs] == [f"{direct}_cuda_bf16_hd128_bs16_g4_p1024_k8v4gs32"]
+    assert [s.name for s in specs] == [
+        "decode_tc_wide_cuda_bf16_hd128_bs16_g4_k8v4gs32",
+        "decode_tc_cuda_bf16_hd128_bs16_g4_k8v4gs32",
+        "decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024_k8v4gs32",
+    ]
+    specs = routed_specs("cuda", BF16, 128, 16, 4, False, bits=(8, 16, 32))
+    assert [s.name for s in specs] == [
+        "decode_tc_splitk_direct_cuda_bf16_hd128_bs16_g4_p1024_k8v16gs32"
+    ]
     specs = routed_specs("metal", BF16, 128, 16, 4, False, bits=(8, 4, 32))
     assert [s.kernel for s in specs] == ["decode_simt", "decode_simt_splitk", "decode_reduce"]
     assert [(s.k_bits, s.v_bits, s.group_size) for s in specs] == [(8, 4, 32)] * 2 + [(16, 16, 0)]
