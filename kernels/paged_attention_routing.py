@@ -119,7 +119,7 @@ def route(
     if quantized and ring_refuses_quantized(head_dim, *bits):
         return Route("decode_tc_splitk_direct", TC_PARTITION_SIZE)
     # Long tables of 16-bit pages split on the register path; quantized ones stay on the ring,
-    # which is faster on a third of the bytes (docs/kernels.md, "Quantized pages").
+    # whose split-K beats the register path's on them at 8k tokens (docs/kernels.md).
     long = table_tokens > TC_LONG_CONTEXT and not quantized
     split = "decode_tc_splitk_direct" if long else "decode_tc_splitk"
     size = partition_size_for(split, groups, table_tokens)
