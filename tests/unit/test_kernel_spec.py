@@ -315,15 +315,22 @@ def test_tensor_core_registers_take_packed_slices_a_group_each():
     assert "reinterpret_cast<uint4*>(kq[u][n])" in source
     assert "reinterpret_cast<uint2*>(vq[u][r])" in source
     assert "KQ * mm_t / 32" in source and "NT * mm_g / 32" in source  # the lane's group
-    # 4-bit values dequantize two at a time (a word's q_k and q_k+4) through 2^7 + q in bf16.
+    # 4-bit values dequantize two at a time (a word's q_k and q_k+4) through 2^7 + q in bf16,
+    # straight into the mma's registers: K pairs in the order the query fragments take (dims
+    # 8w + k and 4 up), V pairs of two rows' values interleaved by byte.
     assert "mlx_paged_dequant2(kq[u][i][w], k * 4, 0x000f000fu, k_scale[u][i]" in source
-    assert "| 0x43004300u" in header and "kd[i][8 * w + k + 4] =" in source
+    assert "0x43004300u" in header and "lop3.b32" in header and "kd[i][4 * w + k] =" in source
+    assert "const int dim = KQ * mm_t + 8 * ((2 * s + h) / 4) + (2 * s + h) % 4;" in source
+    assert "queries[qoff + int64_t(dim + 4)" in source
+    assert "__byte_perm(vq[u][2 * rp][w], vq[u][2 * rp + 1][w]" in source
+    assert "mlx_paged_mma(mm_o[j], pa0, 0u, pa2, 0u, vd[0][j], vd[1][j], T{});" in source
     half = KernelSpec("decode_tc_splitk_direct", "cuda", "float16", 128, 16, 4, 1024,
                       k_bits=16, v_bits=8, group_size=64)  # fmt: skip
     source = define(half).source
     assert "const T (&kd)[2][KQ] = kr[u];" in source and "k_scales" not in source
     assert "reinterpret_cast<uint4*>(vq[u][r])" in source
-    assert "mlx_paged_dequant2(vq[u][i][w], k * 8, 0x00ff00ffu" in source  # 2^10 + q in fp16
+    assert "mlx_paged_dequant2_rows(x, k * 8, 0x00ff00ffu, s2, b2" in source  # 2^10 + q in fp16
+    assert "queries[qoff + int64_t(dim + 1)" in source  # 16-bit K: the plain dim order
     # bf16 cannot hold 2^7 + q for 8-bit q: those dequantize one at a time through fp32.
     bf16 = KernelSpec("decode_tc_splitk_direct", "cuda", "bfloat16", 128, 16, 4, 1024,
                       k_bits=8, v_bits=8, group_size=64)  # fmt: skip
@@ -345,4 +352,5 @@ def test_quantized_ring_slot_holds_packed_rows_then_scales_and_biases():
     assert "reinterpret_cast<uint4*>(kq[0][i])[vi]" in defn.source
     assert "mlx_paged_dequant2(kq[0][i][w], k * 4, 0x000f000fu" in defn.source
     # Queries and outputs take the register path's dim order, not ldmatrix's.
-    assert "KQ * mm_t + 4 * s + 2 * h" in defn.source and "ldmatrix" not in defn.header
+    assert "const int dim = KQ * mm_t + 8 * ((2 * s + h) / 4)" in defn.source
+    assert "ldmatrix" not in defn.header
