@@ -323,7 +323,9 @@ def test_tensor_core_registers_take_packed_slices_a_group_each():
     assert "const int dim = KQ * mm_t + 8 * ((2 * s + h) / 4) + (2 * s + h) % 4;" in source
     assert "queries[qoff + int64_t(dim + 4)" in source
     assert "__byte_perm(vq[u][2 * rp][w], vq[u][2 * rp + 1][w]" in source
-    assert "mlx_paged_mma(mm_o[j], pa0, 0u, pa2, 0u, vd[0][j], vd[1][j], T{});" in source
+    # Both sides two values a step: K and V are the mma's A operand, P (transposed) its B.
+    assert "mlx_paged_mma(mm_o[j], vd[0][2 * j], vd[0][2 * j + 1], vd[1][2 * j]" in source
+    assert "movmatrix.sync.aligned.m8n8.trans.b16" in header
     half = KernelSpec("decode_tc_splitk_direct", "cuda", "float16", 128, 16, 4, 1024,
                       k_bits=16, v_bits=8, group_size=64)  # fmt: skip
     source = define(half).source
