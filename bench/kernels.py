@@ -20,7 +20,7 @@ from mlx_paged.codegen.build import KernelRenderError
 from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
 from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
 from mlx_paged.kernels.paged_attention_reference import paged_attention_reference
-from mlx_paged.kernels.quantized_pages import QuantizedPages, page_bytes_per_token
+from mlx_paged.kernels.quantized_pages import QuantizedKVPages, layer_bytes_per_token
 
 from .kernel_peers import time_peers
 from .kernel_plot import plot, print_row
@@ -94,12 +94,12 @@ def _problem(batch: int, context: int, args) -> Problem:
     )  # fmt: skip
     kv_bytes = 2 * batch * context * args.num_kv_heads * args.head_dim * dtype.size
     bits, group = getattr(args, "kv_bits", 16), getattr(args, "kv_group_size", 32)
-    read = tuple(
-        QuantizedPages(*mx.quantize(p, group_size=group, bits=bits), bits, group) if bits < 16
-        else p for p in (k_pages, v_pages)
-    )  # fmt: skip
-    per_token = page_bytes_per_token(args.num_kv_heads, args.head_dim, dtype, bits, group)
-    read_bytes = 2 * batch * context * per_token
+    read = (k_pages, v_pages)
+    if bits < 16:
+        kv = QuantizedKVPages.from_values(k_pages, v_pages, bits, bits, group)
+        read = (kv.k, kv.v)
+    per_token = layer_bytes_per_token(args.num_kv_heads, args.head_dim, dtype, bits, bits, group)
+    read_bytes = batch * context * per_token
     return Problem(q, k_pages, v_pages, tables, lens, args.head_dim**-0.5, kv_bytes, read,
                    read_bytes)  # fmt: skip
 

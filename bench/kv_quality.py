@@ -58,7 +58,7 @@ def _chunk_logprobs(model, pool, tokens: list[int], start: int, n: int) -> mx.ar
         offsets=input_array([start]), slot_mapping=split_slots(slots, BLOCK_SIZE),
         num_query_tokens=n, prefill_rows=((start, n, input_array(table)),),
     )  # fmt: skip
-    caches = [PagedLayerCache(pool, i, meta) for i in range(len(pool.k_pages))]
+    caches = [PagedLayerCache(pool, i, meta) for i in range(pool.num_layers)]
     logits = model(mx.array([tokens[start : start + n]]), cache=caches)[0].astype(mx.float32)
     return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
 

@@ -74,11 +74,11 @@ def build_model(out: Path) -> Path:
 
 def kv_bytes_per_token(kv_bits: int = 16) -> int:
     """KV bytes one token of the benchmark model takes, K and V of every layer."""
-    from mlx_paged.kernels.quantized_pages import page_bytes_per_token
+    from mlx_paged.kernels.quantized_pages import layer_bytes_per_token as layer_bytes
 
     heads, dim = CONFIG["num_key_value_heads"], CONFIG["head_dim"]
-    per_layer = page_bytes_per_token(heads, dim, mx.bfloat16, kv_bits, KV_GROUP_SIZE)
-    return 2 * CONFIG["num_hidden_layers"] * per_layer
+    per_layer = layer_bytes(heads, dim, mx.bfloat16, kv_bits, kv_bits, KV_GROUP_SIZE)
+    return CONFIG["num_hidden_layers"] * per_layer
 
 
 def workload(n: int, seed: int) -> list[tuple[list[int], int]]:

@@ -10,7 +10,7 @@ The shape is the kernel benchmark's (32 query / 8 KV heads, head_dim 128, bf16, 
 a 4 GiB pool with shuffled block ids). KERNEL names one of `KERNELS` ("-" the routed one),
 "read" the paged-read ceiling, "sdpa" MLX's SDPA on the same K/V made contiguous (use
 `-k regex:sdpa`); PARTITION is a split kernel's partition length ("-": the routed one);
-BITS/GROUP (e.g. 4/32) quantizes the pages the kernels read (`QuantizedPages`).
+BITS/GROUP (e.g. 4/32) quantizes the pages the kernels read (`QuantizedKVPages`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import mlx.core as mx
 from mlx_paged.bench.paged_read import paged_read
 from mlx_paged.bench.problems import contiguous_kv, standard_problem
 from mlx_paged.kernels.paged_attention import paged_attention_decode
-from mlx_paged.kernels.quantized_pages import QuantizedPages
+from mlx_paged.kernels.quantized_pages import QuantizedKVPages
 
 
 def main(argv: list[str], pool_bytes: int = 4 << 30) -> None:
@@ -35,10 +35,8 @@ def main(argv: list[str], pool_bytes: int = 4 << 30) -> None:
         if kernel in ("read", "sdpa"):
             raise ValueError(f"{kernel} reads 16-bit K/V; BITS/GROUP is for the decode kernels")
         bits, group = (int(x) for x in argv[4].split("/"))
-        k_pages, v_pages = (
-            QuantizedPages(*mx.quantize(p, group_size=group, bits=bits), bits, group)
-            for p in (k_pages, v_pages)
-        )
+        kv = QuantizedKVPages.from_values(k_pages, v_pages, bits, bits, group)
+        k_pages, v_pages = kv.k, kv.v
     if kernel == "sdpa":
         k, v = contiguous_kv(k_pages, v_pages, tables, context)
     for _ in range(3):

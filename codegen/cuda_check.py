@@ -33,6 +33,8 @@ _ARG_TYPES = {
     "partial_max": "float",
     "partial_sum": "float",
     "partials": "float",
+    "kv_pages": "uint32_t",  # quantized pages' rows
+    "rows": "uint32_t",
 }
 
 
@@ -71,11 +73,7 @@ def _nvrtc():
 def wrap(defn: KernelDefinition) -> str:
     """The complete translation unit: shim, the body's header, and MLX's kernel signature."""
     dtype = CUDA.mlx_dtype_names[defn.spec.dtype]
-    spec = defn.spec
-    # Quantized pages come packed in 32-bit words.
-    packed = {f"{side}_pages": "uint32_t" for side, bits in (("k", getattr(spec, "k_bits", 16)),
-              ("v", getattr(spec, "v_bits", 16))) if bits < 16}  # fmt: skip
-    types = {**_ARG_TYPES, **packed}
+    types = _ARG_TYPES
     args = []
     for name in defn.input_names:
         args.append(f"const {types.get(name, dtype)}* {name}")

@@ -26,6 +26,7 @@ class Dialect:
     simd_index: str  # simdgroup / warp index inside the threadgroup
     shared: str  # qualifier of threadgroup-shared arrays
     shared_ptr: str  # address-space qualifier of a pointer into them
+    device_ptr: str  # address-space qualifier of a pointer into a kernel argument
     barrier: str  # every thread of the threadgroup
     finite_min: str  # most negative finite float: the online-softmax sentinel
     exp2: str  # fast base-2 exponential of a float
@@ -48,6 +49,7 @@ METAL = Dialect(
     simd_index="simdgroup_index_in_threadgroup",
     shared="threadgroup",
     shared_ptr="threadgroup ",
+    device_ptr="device ",
     barrier="threadgroup_barrier(mem_flags::mem_threadgroup)",
     finite_min="Limits<float>::finite_min",
     exp2="fast::exp2",
@@ -70,6 +72,7 @@ CUDA = Dialect(
     simd_index="(threadIdx.x >> 5)",
     shared="__shared__",
     shared_ptr="",
+    device_ptr="",
     barrier="__syncthreads()",
     finite_min="Limits<float>::finite_min()",
     exp2="exp2f",

@@ -65,6 +65,7 @@ float log(float);
 float sqrt(float);
 float rsqrt(float);
 float abs(float);
+float round(float);
 float fma(float, float, float);
 
 float simd_sum(float);

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES
+from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES, RowLayout, row_layout
 
 BACKENDS = ("metal", "cuda")
 DTYPES = ("float16", "bfloat16", "float32")
@@ -13,7 +13,7 @@ HEAD_DIMS = (64, 80, 96, 128, 256)
 BLOCK_SIZES = (8, 16, 32)
 GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
 TENSOR_CORE_HEAD_DIMS = (64, 128)  # the head sizes the H200 sweeps measured
-# Quantized pages (`QuantizedPages`, whose bits and group sizes these specs take): the head
+# Quantized pages (`QuantizedKVPages`, whose bits and group sizes these specs take): the head
 # sizes whose lanes each read 8 values, one whole group's slice (head_dim / 8 lanes).
 QUANT_HEAD_DIMS = (64, 128, 256)
 
@@ -238,6 +238,11 @@ class KernelSpec:
     @property
     def itemsize(self) -> int:
         return 4 if self.dtype == "float32" else 2
+
+    @property
+    def row_layout(self) -> RowLayout:
+        """Where a quantized pages row keeps each part (`quantized_pages.row_layout`)."""
+        return row_layout(self.head_dim, self.itemsize, self.k_bits, self.v_bits, self.group_size)
 
     @classmethod
     def parse(cls, name: str) -> KernelSpec:

@@ -1,4 +1,4 @@
-"""The complete Metal source MLX generates for a decode kernel spec, captured on any machine.
+"""The complete Metal source MLX generates for a kernel spec, captured on any machine.
 
 `mx.fast.metal_kernel` refuses to run without Metal, except while `mx.export_function` traces a
 function; called there with `verbose=True`, MLX prints the full MSL it would compile (signature,
@@ -13,8 +13,11 @@ import tempfile
 
 import mlx.core as mx
 
+from . import quantize_rows
 from .kernel_spec import KernelSpec
 from .paged_attention_geometry import build, define
+from .quantize_rows import QuantizeRowsSpec
+from .quantized_pages import QuantizedKVPages
 
 _DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 # A representative call: 8 sequences (so per-sequence inputs live in device memory, not in
@@ -37,18 +40,15 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
             seq_lens,
         ] + window
         return inputs, [(seqs, heads, 1, spec.head_dim)], [dtype]
-    page_shape = (seqs * CAPTURE_PAGES, spec.block_size, kv_heads)
-    pages, quant = {}, []
-    for side, bits in (("k", spec.k_bits), ("v", spec.v_bits)):
-        if bits == 16:
-            pages[side] = mx.zeros((*page_shape, spec.head_dim), dtype)
-        else:  # packed values first; their scales and biases go last
-            pages[side] = mx.zeros((*page_shape, spec.head_dim * bits // 32), mx.uint32)
-            quant += 2 * [mx.zeros((*page_shape, spec.head_dim // spec.group_size), dtype)]
+    page_shape = (seqs * CAPTURE_PAGES, spec.block_size, kv_heads, spec.head_dim)
+    if spec.quantized:  # K and V share one array of rows
+        kv = QuantizedKVPages.zeros(page_shape, dtype, spec.k_bits, spec.v_bits, spec.group_size)
+        pages = [kv.rows]
+    else:
+        pages = [mx.zeros(page_shape, dtype), mx.zeros(page_shape, dtype)]
     inputs = [
         mx.zeros((seqs, heads, 1, spec.head_dim), dtype),
-        pages["k"],
-        pages["v"],
+        *pages,
         mx.zeros((seqs, CAPTURE_PAGES), mx.int32),
         seq_lens,
         mx.array([1.0], dtype=mx.float32),
@@ -57,7 +57,6 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
     if spec.rope:
         inputs += [mx.zeros(new_token, dtype), mx.zeros(new_token, dtype)]
         inputs.append(mx.ones((spec.head_dim // 2,), mx.float32))
-    inputs += quant
     rotated = ([new_token], [dtype]) if spec.rope else ([], [])
     if spec.partitioned:
         shapes = [(seqs, heads, parts, spec.head_dim), (seqs, heads, parts), (seqs, heads, parts)]
@@ -65,21 +64,32 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
     return inputs, [(seqs, heads, 1, spec.head_dim)] + rotated[0], [dtype] + rotated[1]
 
 
-def capture_metal_source(spec: KernelSpec, kernel=None) -> str:
-    """The MSL MLX generates for `spec` (a Metal spec) on its representative call; `kernel`
-    replaces the spec's own kernel object (tests capture deliberately broken bodies this way)."""
+def capture_metal_source(spec, kernel=None) -> str:
+    """The MSL MLX generates for `spec` (a Metal `KernelSpec` or `QuantizeRowsSpec`) on its
+    representative call; `kernel` replaces the spec's own kernel object (tests capture
+    deliberately broken bodies this way)."""
     if spec.backend != "metal":
         raise ValueError(f"{spec.name}: only Metal sources are captured this way")
-    kernel = kernel if kernel is not None else build(spec)
-    threads = define(spec).threads_per_threadgroup
-    inputs, shapes, dtypes = sample_inputs(spec)
+    if isinstance(spec, QuantizeRowsSpec):
+        kernel = kernel if kernel is not None else quantize_rows.build(spec)
+        threads, inputs = (
+            32,
+            [mx.zeros((4, CAPTURE_KV_HEADS, spec.head_dim), _DTYPES[spec.dtype])] * 2,
+        )
+        shapes, dtypes = [(4, CAPTURE_KV_HEADS, spec.row_layout.row_bytes // 4)], [mx.uint32]
+        grid = (4 * CAPTURE_KV_HEADS * threads, 1, 1)
+    else:
+        kernel = kernel if kernel is not None else build(spec)
+        threads = define(spec).threads_per_threadgroup
+        inputs, shapes, dtypes = sample_inputs(spec)
+        grid = (2 * threads, CAPTURE_SEQS, 1)
 
     def call(*args):
         return kernel(
             inputs=list(args),
             output_shapes=shapes,
             output_dtypes=dtypes,
-            grid=(2 * threads, CAPTURE_SEQS, 1),
+            grid=grid,
             threadgroup=(threads, 1, 1),
             template=[("T", _DTYPES[spec.dtype])],
             verbose=True,

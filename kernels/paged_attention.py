@@ -15,7 +15,7 @@ from mlx_paged.kernels.kernel_inputs import constant
 from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.paged_attention_plan import launch_plan
 from mlx_paged.kernels.paged_attention_routing import routed_specs
-from mlx_paged.kernels.quantized_pages import QuantizedPages
+from mlx_paged.kernels.quantized_pages import QuantizedKVPages, QuantizedPages
 
 # Every fused call counts its partitions on counters the previous call zeroed.
 _COUNTERS = CounterChain()
@@ -59,7 +59,8 @@ def paged_attention_decode(
     Each row's one query sits at position `seq_lens[b] - 1` and sees keys `[0, seq_lens[b])`
     (the last `window` of them with a sliding window). Pages are `[num_blocks, block_size,
     Hkv, D]`, row-contiguous, or `QuantizedPages` of that shape (the kernels dequantize
-    them in registers); `block_tables` is `(B, max_blocks)` int32.
+    them in registers: the K and V sides of one `QuantizedKVPages`); `block_tables` is `(B,
+    max_blocks)` int32.
 
     Args:
         kernel: run this kernel (a pass-1 name of `KERNELS`, for tests and benchmarks);
@@ -77,9 +78,6 @@ def paged_attention_decode(
     plan = _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backend, kernel,
                          partition_size)  # fmt: skip
     inputs = _inputs(queries, k_pages, v_pages, block_tables, seq_lens, scale, window, backend)
-    for pages in (k_pages, v_pages):
-        if isinstance(pages, QuantizedPages):
-            inputs += [pages.scales, pages.biases]
     return _launch(plan, inputs, compiled, counters)[0]
 
 
@@ -136,8 +134,11 @@ def _inputs(queries, k_pages, v_pages, block_tables, seq_lens, scale, window, ba
     if seq_lens.dtype != mx.int32:
         seq_lens = seq_lens.astype(mx.int32)
     scale_input = constant(float(scale), mx.float32, backend)
-    k_values, v_values = (_values(p) for p in (k_pages, v_pages))
-    inputs = [queries, k_values, v_values, block_tables, seq_lens, scale_input]
+    if isinstance(k_pages, QuantizedPages):  # one array holds both sides
+        pages = [k_pages.kv.rows]
+    else:
+        pages = [k_pages, v_pages]
+    inputs = [queries, *pages, block_tables, seq_lens, scale_input]
     if window is not None:
         inputs.append(constant(int(window), mx.int32, backend))
     return inputs
@@ -168,6 +169,7 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
     )  # fmt: skip
     if sinks is not None:
         raise UnsupportedSpecError(f"{plan.name}: attention sinks are not implemented")
+    _check_quantized_sides(plan.name, k_pages, v_pages)
     k_dtype, v_dtype = _values_dtype(k_pages), _values_dtype(v_pages)
     if (
         k_shape[3] != head_dim
@@ -184,17 +186,23 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
 def page_bits(k_pages, v_pages) -> tuple[int, int, int]:
     """(K bits, V bits, group size) of the pages: 16 for pages of the model's dtype, and a
     group size of 0 when neither is quantized."""
-    quantized = [p for p in (k_pages, v_pages) if isinstance(p, QuantizedPages)]
-    k_bits, v_bits = (p.bits if isinstance(p, QuantizedPages) else 16 for p in (k_pages, v_pages))
-    return k_bits, v_bits, quantized[0].group_size if quantized else 0
+    if isinstance(k_pages, QuantizedPages):
+        kv = k_pages.kv
+        return kv.k_bits, kv.v_bits, kv.group_size if kv.quantized else 0
+    return 16, 16, 0
 
 
-def _values(pages) -> mx.array:
-    return pages.packed if isinstance(pages, QuantizedPages) else pages
+def _check_quantized_sides(name: str, k_pages, v_pages) -> None:
+    """Quantized pages reach the kernels as the two sides of one `QuantizedKVPages`."""
+    sides = [isinstance(p, QuantizedPages) for p in (k_pages, v_pages)]
+    if any(sides) and not (all(sides) and k_pages.kv.rows is v_pages.kv.rows):
+        raise UnsupportedSpecError(
+            f"{name}: quantized pages must be the K and V sides of one QuantizedKVPages"
+        )
 
 
 def _values_dtype(pages) -> mx.Dtype:
-    return pages.scales.dtype if isinstance(pages, QuantizedPages) else pages.dtype
+    return pages.dtype
 
 
 def warm_up(
@@ -216,12 +224,12 @@ def warm_up(
     """
     specs = routed_specs(backend, dtype, head_dim, block_size, gqa, sliding_window, rope, bits)
     window = 4 if sliding_window else None
-    k_pages, v_pages = (
-        QuantizedPages.zeros((17, block_size, 1, head_dim), dtype, b, bits[2])
-        if b < 16
-        else mx.zeros((17, block_size, 1, head_dim), dtype=dtype)
-        for b in bits[:2]
-    )
+    shape = (17, block_size, 1, head_dim)
+    if min(bits[:2]) < 16:
+        kv = QuantizedKVPages.zeros(shape, dtype, *bits)
+        k_pages, v_pages = kv.k, kv.v
+    else:
+        k_pages = v_pages = mx.zeros(shape, dtype=dtype)
     for spec in specs:
         if spec.is_reduce:
             continue  # it compiles with the pass 1 of its partition size

@@ -143,24 +143,18 @@ def _pass_one(spec: KernelSpec, geo: Geometry, header: str, window: tuple) -> Ke
         outputs = ("out", "partials", *rotated, "counters_next")
     new_token = ("k_new", "v_new", "rope_inv_freq") if spec.rope else ()
     counters = ("counters",) if spec.fused_reduce else ()
-    # Quantized pages: `k_pages`/`v_pages` are the packed values, their scales and biases come
-    # after the new token; a fused call's counters come last (the launch appends them).
-    quant = tuple(
-        f"{side}_{part}"
-        for side, bits in (("k", spec.k_bits), ("v", spec.v_bits))
-        if bits < 16
-        for part in ("scales", "biases")
-    )
+    # Quantized pages: K and V share one array (`QuantizedKVPages`); a fused call's counters
+    # come last (the launch appends them).
+    pages = ("kv_pages",) if spec.quantized else ("k_pages", "v_pages")
     return KernelDefinition(
         name=spec.name,
         backend=spec.backend,
         spec=spec,
         source=render(TEMPLATES, "paged_attention.jinja", spec, geo=geo),
         header=header,
-        input_names=("queries", "k_pages", "v_pages", "block_tables", "seq_lens", "scale")
+        input_names=("queries", *pages, "block_tables", "seq_lens", "scale")
         + window
         + new_token
-        + quant
         + counters,
         output_names=outputs,
         threads_per_threadgroup=geo.nsg * 32,

@@ -1,9 +1,11 @@
-"""Quantized K/V pages: MLX's affine layout (the one `mx.quantize` and mlx-lm's
-`QuantizedKVCache` use), per token and head, in groups along the head dim.
+"""Quantized K/V pages: one array per layer whose rows hold a token's K and V for one head.
 
-A page pool of `(num_blocks, block_size, heads, head_dim)` values is stored as packed values,
-`(…, head_dim * bits / 32)` uint32, plus one scale and one bias per group, `(…, head_dim /
-group_size)` in the model's dtype; `value = scale * q + bias`.
+A row is 32-bit words: K's values, V's values, then the scales and biases of each quantized
+side (K's first), padded to 16 bytes. A quantized side keeps MLX's affine layout (the one
+`mx.quantize` and mlx-lm's `QuantizedKVCache` use): values packed from the low bits of each
+word up, one scale and one bias per group of `group_size` along the head dim, in the model's
+dtype, `value = scale * q + bias`. A side at 16 bits keeps the model's dtype. K and V in one row
+make a decode step's write one quantize and one scatter a layer (`quantize_rows.py`).
 """
 
 from __future__ import annotations
@@ -16,63 +18,185 @@ KV_BITS = (16, 8, 4)  # 16: pages of the model's dtype, not quantized
 KV_GROUP_SIZES = (32, 64)
 
 
-class QuantizedPages(NamedTuple):
-    """One layer's K or V pages, quantized (a tuple of arrays, so `mx.eval` and `mx.compile`
-    take it as they take plain pages)."""
+class RowLayout(NamedTuple):
+    """Byte offsets of each part of a row (None: that side is at 16 bits and has no scales)."""
 
-    packed: mx.array
-    scales: mx.array
-    biases: mx.array
-    bits: int
+    k_values: int
+    v_values: int
+    k_scales: int | None
+    k_biases: int | None
+    v_scales: int | None
+    v_biases: int | None
+    used_bytes: int  # the parts' bytes; the rest of the row is zero padding
+    row_bytes: int
+
+    def scales(self, side: str) -> tuple[int | None, int | None]:
+        return (self.k_scales, self.k_biases) if side == "k" else (self.v_scales, self.v_biases)
+
+
+def row_layout(head_dim: int, itemsize: int, k_bits: int, v_bits: int, group: int) -> RowLayout:
+    """Where K's and V's values, scales and biases sit in a row (see the module docstring)."""
+
+    def values_bytes(bits: int) -> int:
+        return head_dim * itemsize if bits == 16 else head_dim * bits // 8
+
+    offset = values_bytes(k_bits) + values_bytes(v_bits)
+    scale_offsets = []
+    for bits in (k_bits, v_bits):
+        if bits == 16:
+            scale_offsets += [None, None]
+            continue
+        part = head_dim // group * itemsize
+        scale_offsets += [offset, offset + part]
+        offset += 2 * part
+    row = -(-offset // 16) * 16
+    return RowLayout(0, values_bytes(k_bits), *scale_offsets, offset, row)
+
+
+class QuantizedKVPages(NamedTuple):
+    """One layer's K and V pages, quantized: `rows` is `(num_blocks, block_size, heads,
+    row_words)` uint32 (a tuple of an array and constants, so `mx.eval` and `mx.compile` take
+    it as they take plain pages)."""
+
+    rows: mx.array
+    head_dim: int
+    k_bits: int
+    v_bits: int
     group_size: int
+    dtype_name: str  # the model's dtype, which scales, biases and 16-bit sides are in
 
     @classmethod
-    def zeros(cls, shape: tuple[int, ...], dtype: mx.Dtype, bits: int, group_size: int):
-        """Pages of `shape` (`(…, head_dim)`) that hold zeros."""
+    def zeros(cls, shape: tuple[int, ...], dtype: mx.Dtype, k_bits: int, v_bits: int,
+              group_size: int) -> QuantizedKVPages:  # fmt: skip
+        """Pages of `shape` (`(…, head_dim)`, as plain pages would have it) that hold zeros."""
         *lead, dim = shape
-        return cls(
-            mx.zeros((*lead, dim * bits // 32), dtype=mx.uint32),
-            mx.zeros((*lead, dim // group_size), dtype=dtype),
-            mx.zeros((*lead, dim // group_size), dtype=dtype),
-            bits,
-            group_size,
-        )
+        layout = row_layout(dim, dtype.size, k_bits, v_bits, group_size)
+        rows = mx.zeros((*lead, layout.row_bytes // 4), dtype=mx.uint32)
+        return cls(rows, dim, k_bits, v_bits, group_size, _dtype_name(dtype))
+
+    @classmethod
+    def from_values(cls, keys: mx.array, values: mx.array, k_bits: int, v_bits: int,
+                    group_size: int) -> QuantizedKVPages:  # fmt: skip
+        """Pages holding `keys` and `values` (plain pages of one shape), quantized."""
+        pages = cls.zeros(keys.shape, keys.dtype, k_bits, v_bits, group_size)
+        return pages._replace(rows=pack_rows(pages, keys, values))
+
+    @property
+    def dtype(self) -> mx.Dtype:
+        return getattr(mx, self.dtype_name)
+
+    @property
+    def quantized(self) -> bool:
+        return min(self.k_bits, self.v_bits) < 16
+
+    @property
+    def layout(self) -> RowLayout:
+        return row_layout(self.head_dim, self.dtype.size, self.k_bits, self.v_bits,
+                          self.group_size)  # fmt: skip
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """The shape of the values the pages hold, as plain pages would have it."""
-        return (*self.packed.shape[:-1], self.packed.shape[-1] * 32 // self.bits)
+        """The shape of one side's values, as plain pages would have it."""
+        return (*self.rows.shape[:-1], self.head_dim)
 
     @property
     def nbytes(self) -> int:
-        return self.packed.nbytes + self.scales.nbytes + self.biases.nbytes
+        return self.rows.nbytes
 
-    def gather(self, block_ids: mx.array) -> QuantizedPages:
+    @property
+    def k(self) -> QuantizedPages:
+        return QuantizedPages(self, "k")
+
+    @property
+    def v(self) -> QuantizedPages:
+        return QuantizedPages(self, "v")
+
+    def gather(self, block_ids: mx.array) -> QuantizedKVPages:
         """The blocks `block_ids` (along the first axis), still quantized."""
-        return self._replace(
-            packed=self.packed[block_ids], scales=self.scales[block_ids],
-            biases=self.biases[block_ids],
-        )  # fmt: skip
+        return self._replace(rows=self.rows[block_ids])
 
-    def dequantize(self) -> mx.array:
-        """The values, in the scales' dtype."""
-        return mx.dequantize(self.packed, self.scales, self.biases, group_size=self.group_size,
-                             bits=self.bits)  # fmt: skip
+    def write(self, slots: tuple[mx.array, mx.array], keys: mx.array, values: mx.array):
+        """Quantize `(N, heads, head_dim)` keys and values into rows and scatter them to `slots`
+        (block ids, offsets in the block); returns the pages, updated in place."""
+        from mlx_paged.kernels.quantize_rows import quantize_rows
 
-    def write(self, slots: tuple[mx.array, mx.array], values: mx.array) -> QuantizedPages:
-        """Quantize `values` `(N, heads, head_dim)` and scatter them to `slots` (block ids,
-        offsets in the block); returns the pages, updated in place."""
-        quantized = mx.quantize(values, group_size=self.group_size, bits=self.bits)
-        for page, new in zip(self[:3], quantized):
-            page[slots] = new  # in place: the scatter may reuse the buffer
+        self.rows[slots] = quantize_rows(self, keys, values)  # in place: may reuse the buffer
         return self
 
 
-def page_bytes_per_token(heads: int, head_dim: int, dtype: mx.Dtype, bits: int, group: int) -> int:
-    """Bytes one token takes in one layer's K (or V) pages."""
-    if bits == 16:
-        return heads * head_dim * dtype.size
-    return heads * (head_dim * bits // 8 + 2 * (head_dim // group) * dtype.size)
+class QuantizedPages(NamedTuple):
+    """One side (K or V) of `QuantizedKVPages`, as the reference path and the kernels take it."""
+
+    kv: QuantizedKVPages
+    side: str  # "k" or "v"
+
+    @property
+    def bits(self) -> int:
+        return self.kv.k_bits if self.side == "k" else self.kv.v_bits
+
+    @property
+    def group_size(self) -> int:
+        return self.kv.group_size
+
+    @property
+    def dtype(self) -> mx.Dtype:
+        return self.kv.dtype
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.kv.shape
+
+    def gather(self, block_ids: mx.array) -> QuantizedPages:
+        return QuantizedPages(self.kv.gather(block_ids), self.side)
+
+    def dequantize(self) -> mx.array:
+        """The side's values, in the model's dtype."""
+        rows, layout, dim = self.kv.rows, self.kv.layout, self.kv.head_dim
+        start = layout.k_values if self.side == "k" else layout.v_values
+        if self.bits == 16:
+            return _words(rows, start, dim * self.dtype.size).view(self.dtype)
+        packed = _words(rows, start, dim * self.bits // 8)
+        groups = dim // self.group_size * self.dtype.size
+        scales, biases = (_words(rows, o, groups, self.dtype) for o in layout.scales(self.side))
+        return mx.dequantize(packed, scales, biases, group_size=self.group_size, bits=self.bits)
+
+
+def _words(rows: mx.array, offset: int, nbytes: int, dtype: mx.Dtype = mx.uint32) -> mx.array:
+    """Bytes `[offset, offset + nbytes)` of every row, as `dtype`."""
+    as_bytes = rows.view(mx.uint8)
+    return as_bytes[..., offset : offset + nbytes].view(dtype)
+
+
+def pack_rows(pages: QuantizedKVPages, keys: mx.array, values: mx.array) -> mx.array:
+    """Rows of `pages`' layout holding `keys` and `values` (`(…, head_dim)`), with MLX ops:
+    `mx.quantize` per quantized side, then the parts side by side."""
+    dtype, group = pages.dtype, pages.group_size
+    parts, scales = [], []
+    for x, bits in ((keys, pages.k_bits), (values, pages.v_bits)):
+        x = x.astype(dtype)
+        if bits == 16:
+            parts.append(x.view(mx.uint8))
+            continue
+        packed, s, b = mx.quantize(x, group_size=group, bits=bits)
+        parts.append(packed.view(mx.uint8))
+        scales += [s.view(mx.uint8), b.view(mx.uint8)]
+    row = mx.concatenate(parts + scales, axis=-1)
+    pad = pages.layout.row_bytes - row.shape[-1]
+    if pad:
+        row = mx.pad(row, [(0, 0)] * (row.ndim - 1) + [(0, pad)])
+    return row.view(mx.uint32)
+
+
+def _dtype_name(dtype: mx.Dtype) -> str:
+    return {mx.float16: "float16", mx.bfloat16: "bfloat16", mx.float32: "float32"}[dtype]
+
+
+def layer_bytes_per_token(heads: int, head_dim: int, dtype: mx.Dtype, k_bits: int, v_bits: int,
+                       group: int) -> int:  # fmt: skip
+    """Bytes one token takes in one layer's pages, K and V together."""
+    if k_bits == v_bits == 16:
+        return 2 * heads * head_dim * dtype.size
+    return heads * row_layout(head_dim, dtype.size, k_bits, v_bits, group).row_bytes
 
 
 def check_kv_quantization(k_bits: int, v_bits: int, group_size: int, head_dim: int) -> None:

@@ -1,8 +1,10 @@
 """Paged KV caches as mlx-lm models see them.
 
 One `PagedKVPool` holds every layer's pages `[num_blocks, block_size, num_kv_heads, head_dim]`
-(token-major, "NHD"). For each forward, the runner builds a `PagedAttentionMetadata` (block
-tables, lengths, positions, slot mapping) and hands the model one `PagedLayerCache` per layer.
+(token-major, "NHD"): a K and a V array a layer (`KVPages`), or on quantized pages one array
+whose rows hold both (`QuantizedKVPages`). For each forward, the runner builds a
+`PagedAttentionMetadata` (block tables, lengths, positions, slot mapping) and hands the model
+one `PagedLayerCache` per layer.
 The cache writes new K/V into the pool by scatter at `slot_mapping`, returns only the new K/V,
 and the patched attention (`attention_hook.py`) reads the pages through the block tables.
 """
@@ -11,13 +13,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import mlx.core as mx
 import numpy as np
 
 from mlx_paged.kernels.counter_chain import CounterChain
 from mlx_paged.kernels.kernel_inputs import input_array
-from mlx_paged.kernels.quantized_pages import QuantizedPages
+from mlx_paged.kernels.quantized_pages import QuantizedKVPages
 from mlx_paged.kv.rope_fusion import DeferredOffset
 
 
@@ -63,9 +66,28 @@ class PagedAttentionMetadata:
         return self.offsets[:, None] + mx.arange(self.num_query_tokens)[None, :]
 
 
+class KVPages(NamedTuple):
+    """One layer's K and V pages in the model's dtype."""
+
+    k: mx.array
+    v: mx.array
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes
+
+    def write(self, slots: tuple[mx.array, mx.array], keys: mx.array, values: mx.array):
+        """Scatter `(N, heads, head_dim)` keys and values to `slots`; returns the pages, updated
+        in place."""
+        self.k[slots] = keys  # in place: the scatter may reuse the buffer
+        self.v[slots] = values
+        return self
+
+
 class PagedKVPool:
-    """Every layer's K and V pages. It holds the only references to them, so the scatter that
-    writes new tokens can reuse (donate) the buffers instead of copying the pool."""
+    """Every layer's pages (`pages[layer]`: `KVPages` or `QuantizedKVPages`). It holds the only
+    references to them, so the scatters that write new tokens can reuse (donate) the buffers
+    instead of copying the pool."""
 
     def __init__(
         self,
@@ -100,7 +122,7 @@ class PagedKVPool:
         # when they do not (set by the paged setup).
         self.rope_inv_freq: list[mx.array] | None = None
         self.num_layers = num_layers
-        self.k_pages, self.v_pages = self._zero_pages()
+        self.pages = self._zero_pages()
 
     @property
     def quantized(self) -> bool:
@@ -108,27 +130,27 @@ class PagedKVPool:
 
     @property
     def nbytes(self) -> int:
-        return sum(p.nbytes for p in self.k_pages + self.v_pages)
+        return sum(p.nbytes for p in self.pages)
 
-    def _zero_pages(self) -> tuple[list, list]:
-        def layer_pages(bits):
-            if bits == 16:
-                return mx.zeros(self.page_shape, dtype=self.dtype)
-            return QuantizedPages.zeros(self.page_shape, self.dtype, bits, self.group_size)
+    def _zero_pages(self) -> list:
+        def layer_pages():
+            if self.quantized:
+                return QuantizedKVPages.zeros(self.page_shape, self.dtype, self.k_bits,
+                                              self.v_bits, self.group_size)  # fmt: skip
+            return KVPages(*(mx.zeros(self.page_shape, dtype=self.dtype) for _ in "kv"))
 
-        k = [layer_pages(self.k_bits) for _ in range(self.num_layers)]
-        v = [layer_pages(self.v_bits) for _ in range(self.num_layers)]
-        mx.eval(k, v)
-        return k, v
+        pages = [layer_pages() for _ in range(self.num_layers)]
+        mx.eval(pages)
+        return pages
 
     def repair(self) -> bool:
         """After a failed step: evaluate the pages, or, when their pending writes throw (the
         step that queued them failed), zero them. True if the pages' contents were lost."""
         try:
-            mx.eval(self.k_pages, self.v_pages)
+            mx.eval(self.pages)
             return False
         except Exception:
-            self.k_pages, self.v_pages = self._zero_pages()
+            self.pages = self._zero_pages()
             return True
 
     def write(
@@ -136,18 +158,15 @@ class PagedKVPool:
     ) -> None:
         """Scatter `(B, H, L, D)` keys/values into `layer`'s pages at `slot_mapping`
         (quantized on the way where the pages are)."""
-        for pages, new in ((self.k_pages, keys), (self.v_pages, values)):
-            batch, heads, length, dim = new.shape
+        new = []
+        for x in (keys, values):
+            batch, heads, length, dim = x.shape
             if length > 1:
-                new = new.transpose(0, 2, 1, 3)
-            new = new.reshape(batch * length, heads, dim).astype(self.dtype)
-            page = pages[layer]
-            pages[layer] = None  # drop our reference before the scatter: it may reuse the buffer
-            if isinstance(page, QuantizedPages):
-                page = page.write(slot_mapping, new)
-            else:
-                page[slot_mapping] = new
-            pages[layer] = page
+                x = x.transpose(0, 2, 1, 3)
+            new.append(x.reshape(batch * length, heads, dim).astype(self.dtype))
+        pages = self.pages[layer]
+        self.pages[layer] = None  # drop our reference before the scatter: it may reuse the buffer
+        self.pages[layer] = pages.write(slot_mapping, *new)
 
 
 @dataclass
@@ -186,12 +205,13 @@ class PagedLayerCache:
         return PagedMask(window_size)
 
     @property
-    def k_pages(self) -> mx.array:
-        return self.pool.k_pages[self.layer]
+    def k_pages(self):
+        """This layer's K pages: an array, or the K side of quantized pages."""
+        return self.pool.pages[self.layer].k
 
     @property
-    def v_pages(self) -> mx.array:
-        return self.pool.v_pages[self.layer]
+    def v_pages(self):
+        return self.pool.pages[self.layer].v
 
 
 def split_slots(slots, block_size: int) -> tuple[mx.array, mx.array]:

@@ -7,7 +7,7 @@ import os
 
 import mlx.core as mx
 
-from mlx_paged.kernels.quantized_pages import check_kv_quantization, page_bytes_per_token
+from mlx_paged.kernels.quantized_pages import check_kv_quantization, layer_bytes_per_token
 from mlx_paged.kv.attention_hook import check_model_supported, install_attention_hook
 from mlx_paged.kv.fused_rope_setup import enable_fused_rope
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
@@ -121,9 +121,7 @@ def cuda_prefill_shapes(layout: KVLayout) -> PrefillShapes | None:
 def kv_bytes_per_token(layout: KVLayout, k_bits: int, v_bits: int, group_size: int) -> int:
     """Bytes one token's K and V take in the pool, every layer together."""
     heads, dim, dtype = layout.num_kv_heads, layout.head_dim, layout.dtype
-    per_layer = sum(
-        page_bytes_per_token(heads, dim, dtype, b, group_size) for b in (k_bits, v_bits)
-    )
+    per_layer = layer_bytes_per_token(heads, dim, dtype, k_bits, v_bits, group_size)
     return layout.num_layers * per_layer
 
 
@@ -180,7 +178,7 @@ def build_paged_path(
     per `fused_rope` (see `enable_fused_rope`); `compile_decode` replays decode steps from
     `mx.compile` traces ("auto": with the generated kernels, whose hosts gain from it). K and V
     pages hold `k_bits`/`v_bits` per value (16: the model's dtype; 8 or 4: quantized in groups
-    of `kv_group_size`, see `QuantizedPages`).
+    of `kv_group_size`, see `QuantizedKVPages`).
     """
     check_model_supported(model_type)
     install_attention_hook()

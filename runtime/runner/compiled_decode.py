@@ -38,28 +38,27 @@ class CompiledDecode:
 
     def __call__(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:
         pool = self.pool
-        k_pages, v_pages = list(pool.k_pages), list(pool.v_pages)
+        pages = list(pool.pages)
         groups = meta.block_tables.shape[0] * pool.page_shape[2]
         counters = pool.counters.reserve(groups)
         self._traced_now = False
         try:
-            logits, counters_next, k_new, v_new = self._compiled(
-                tokens, meta.block_tables, meta.context_lens, meta.slot_mapping, counters,
-                k_pages, v_pages,
-            )  # fmt: skip
+            logits, counters_next, new_pages = self._compiled(
+                tokens, meta.block_tables, meta.context_lens, meta.slot_mapping, counters, pages
+            )
         except BaseException:  # a failed trace left tracers in the pool and the counter chain
-            pool.k_pages[:], pool.v_pages[:] = k_pages, v_pages
+            pool.pages[:] = pages
             pool.counters.replace(counters)
             raise
         if not self._traced_now:  # a replay: the hook did not run, so count for it
             pool.attention_calls.update(self._calls_per_step)
         pool.counters.replace(counters_next)
-        pool.k_pages[:], pool.v_pages[:] = k_new, v_new
+        pool.pages[:] = new_pages
         return logits
 
-    def _traced(self, tokens, block_tables, context_lens, slot_mapping, counters, k_pages, v_pages):
+    def _traced(self, tokens, block_tables, context_lens, slot_mapping, counters, pages):
         pool = self.pool
-        pool.k_pages[:], pool.v_pages[:] = k_pages, v_pages
+        pool.pages[:] = pages
         pool.counters.replace(counters)
         before = Counter(pool.attention_calls)
         meta = PagedAttentionMetadata(
@@ -73,4 +72,4 @@ class CompiledDecode:
         logits = self._forward(tokens, meta)
         self._calls_per_step = pool.attention_calls - before
         self._traced_now = True
-        return logits, pool.counters.reserve(0), list(pool.k_pages), list(pool.v_pages)
+        return logits, pool.counters.reserve(0), list(pool.pages)

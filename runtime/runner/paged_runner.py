@@ -46,7 +46,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         self.model = model
         self.pool = pool
         self.kv = kv
-        self.num_layers = len(pool.k_pages)
+        self.num_layers = pool.num_layers
         self.block_table = BlockTable(pool.block_size)
         self.compiled_decode = CompiledDecode(self._decode_logits, pool) if compile_decode else None
         # The engine hands a step's prefill chunks to `decode`, to run in its forward; that
@@ -122,9 +122,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         forward also runs them (`_mixed`), so a chunk costs no forward of its own."""
         self._join(rows[len(self.decode_rows) :])
         forward = (lambda inputs: self._mixed(inputs, prefill)) if prefill else self._decode
-        outputs = self.lookahead_step(
-            rows, forward, pending_writes=lambda: (self.pool.k_pages, self.pool.v_pages)
-        )
+        outputs = self.lookahead_step(rows, forward, pending_writes=lambda: self.pool.pages)
         for r, _ in prefill:
             self.kv.cache_blocks(r, r.num_computed_tokens)
         return outputs
@@ -220,7 +218,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             ]
         )
         self._forward(tokens, self._metadata(rows, starts, counts, width))
-        mx.eval(self.pool.k_pages, self.pool.v_pages)
+        mx.eval(self.pool.pages)
         for r in rows:
             self.kv.cache_blocks(r, r.num_computed_tokens)
 

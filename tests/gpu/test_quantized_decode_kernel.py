@@ -9,19 +9,17 @@ from paged_cases import TOLERANCE, make_case, max_error, reference
 
 from mlx_paged.kernels.catalog import quantized_specs
 from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
-from mlx_paged.kernels.quantized_pages import QuantizedPages
+from mlx_paged.kernels.quantized_pages import QuantizedKVPages
 
 pytestmark = pytest.mark.gpu
 
 _DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
 
 
-def _quantize(pages: mx.array, bits: int, group: int):
-    if bits == 16:
-        return pages, pages
-    packed, scales, biases = mx.quantize(pages, group_size=group, bits=bits)
-    quantized = QuantizedPages(packed, scales, biases, bits, group)
-    return quantized, quantized.dequantize()
+def _quantize(k_pages: mx.array, v_pages: mx.array, k_bits: int, v_bits: int, group: int):
+    """Both sides as one `QuantizedKVPages`, and each side's values as the kernels see them."""
+    kv = QuantizedKVPages.from_values(k_pages, v_pages, k_bits, v_bits, group)
+    return (kv.k, kv.v), (kv.k.dequantize(), kv.v.dequantize())
 
 
 def _check(dtype, head_dim, block_size, gqa, window, bits, kernel=None):
@@ -30,8 +28,7 @@ def _check(dtype, head_dim, block_size, gqa, window, bits, kernel=None):
     queries, k_pages, v_pages, tables, seq_lens = make_case(
         3, lens, num_kv_heads=2, gqa=gqa, head_dim=head_dim, block_size=block_size, dtype=dtype
     )
-    k_quant, k_values = _quantize(k_pages, k_bits, group)
-    v_quant, v_values = _quantize(v_pages, v_bits, group)
+    (k_quant, v_quant), (k_values, v_values) = _quantize(k_pages, v_pages, k_bits, v_bits, group)
     scale = head_dim**-0.5
     ref = reference(queries, k_values, v_values, tables, seq_lens, scale, window)
     out = paged_attention_decode(queries, k_quant, v_quant, tables, seq_lens, scale=scale,

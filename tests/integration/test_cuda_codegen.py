@@ -49,8 +49,8 @@ def test_quantized_cuda_kernels_compile_without_spilling():
         assert 0 < report.registers <= 255, (spec.name, report)
         assert report.spill_bytes == 0 or spec.dtype == "float32", (spec.name, report)
     unit = wrap(define(quantized_specs("cuda")[2]))  # K 8-bit, V 4-bit
-    assert "const uint32_t* k_pages" in unit and "const uint32_t* v_pages" in unit
-    assert "const float* k_scales" in unit  # float32 pages keep float32 scales
+    assert "const uint32_t* kv_pages" in unit and "const uint32_t* v_pages" in unit
+    assert "const T* k_scales" in unit and "using T = float;" in unit  # fp32 scales
 
 
 def test_signature_is_mlx_shaped():

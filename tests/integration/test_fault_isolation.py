@@ -155,10 +155,10 @@ def test_pool_pages_whose_write_failed_are_zeroed_and_the_prefix_cache_dropped(l
     layer_shape = (1, pool.page_shape[2], 1, pool.page_shape[3])
     pool.write(0, mx.broadcast_to(bad[..., :1], layer_shape), mx.zeros(layer_shape), mx.array([17]))
     with pytest.raises(RuntimeError):
-        mx.eval(pool.k_pages)
+        mx.eval(pool.pages)
     reset_sampling_state()
     runner.reset()
-    mx.eval(pool.k_pages, pool.v_pages)
-    assert not any(p.any().item() for p in pool.k_pages + pool.v_pages)
+    mx.eval(pool.pages)
+    assert not any(p.k.any().item() or p.v.any().item() for p in pool.pages)
     assert block_pool.num_cached_free_blocks == 0
     assert llm.generate("hello world", params(llm, max_tokens=3))[0].finish_reason == "length"

@@ -17,6 +17,7 @@ from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.metal_capture import capture_metal_source
 from mlx_paged.kernels.paged_attention import paged_attention_decode
 from mlx_paged.kernels.paged_attention_geometry import define
+from mlx_paged.kernels.quantize_rows import QuantizeRowsSpec, quantize_rows_specs
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "metal"
 SPEC = KernelSpec("decode_simt_splitk", "metal", "bfloat16", 128, 16, 4, 512, True)
@@ -27,6 +28,7 @@ GOLDEN_SPECS = [
     KernelSpec("decode_reduce", "metal", "bfloat16", 128, 16, 4, 512, True),
     KernelSpec("decode_simt", "metal", "bfloat16", 128, 16, 4, rope=True),
     KernelSpec("decode_simt", "metal", "bfloat16", 128, 16, 4, k_bits=4, v_bits=4, group_size=32),
+    QuantizeRowsSpec("metal", "bfloat16", 128, 4, 4, 32),
 ]
 
 
@@ -46,11 +48,18 @@ def test_representative_metal_specs_compile():
 
 
 def test_quantized_metal_specs_compile():
-    """The dequantizing kernels: packed pages come in as `uint32_t`, scales and biases last."""
+    """The dequantizing kernels: K and V come in as one `uint32_t` array of rows."""
     for spec in quantized_specs("metal"):
         source = capture_metal_source(spec)
         check_metal_source(source, spec.name)
-        assert "const device uint32_t* " in source and "_biases [[buffer(" in source
+        assert "const device uint32_t* kv_pages [[buffer(" in source and "k_pages [[" not in source
+
+
+def test_quantize_rows_metal_specs_compile():
+    for spec in quantize_rows_specs("metal"):
+        source = capture_metal_source(spec)
+        check_metal_source(source, spec.name)
+        assert "device uint32_t* rows [[buffer(" in source
 
 
 def test_captured_source_is_mlx_wrapping_of_our_body():

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from mlx_lm import load
 from mlx_lm.models.cache import make_prompt_cache
+from tiny_models import build_model
 
 from mlx_paged.kv.attention_hook import check_model_supported, install_attention_hook
 from mlx_paged.kv.paged_cache import (
@@ -102,12 +103,25 @@ def buffer_address(a: mx.array) -> int:
     return address
 
 
-def test_decode_step_writes_the_pool_in_place(tiny_model_dir):
+def _page_arrays(pool) -> list[mx.array]:
+    if pool.quantized:
+        return [p.rows for p in pool.pages]
+    return [a for p in pool.pages for a in p]
+
+
+@pytest.mark.parametrize("kv_bits", [16, 4])
+def test_decode_step_writes_the_pool_in_place(tiny_model_dir, tmp_path_factory, kv_bits):
     """A decode step scatters into the pages without copying them: every page array keeps its
-    buffer (MLX donates it to the scatter only when the pool holds the sole reference)."""
+    buffer (MLX donates it to the scatter only when the pool holds the sole reference); on
+    quantized pages, the one array of rows of each layer."""
     from mlx_paged import LLM, SamplingParams
 
-    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=16, num_blocks=64)
+    if kv_bits == 16:
+        model = tiny_model_dir("llama")
+    else:  # groups of 32 need a head dim they divide
+        model = build_model(tmp_path_factory.mktemp("llama64"), "llama", head_dim=64)
+    llm = LLM(str(model), kv_paged=True, block_size=16, num_blocks=64, kv_bits=kv_bits,
+              kv_group_size=32)  # fmt: skip
     engine = llm.engine
     pool = engine.runner.pool
     engine.add_request(llm.encode("hello world"), SamplingParams(max_tokens=20, ignore_eos=True))
@@ -117,7 +131,7 @@ def test_decode_step_writes_the_pool_in_place(tiny_model_dir):
     assert engine.scheduler.running
     for _ in range(3):
         mx.synchronize()
-        before = [buffer_address(p) for p in pool.k_pages + pool.v_pages]
+        before = [buffer_address(p) for p in _page_arrays(pool)]
         engine.step()
         mx.synchronize()
-        assert [buffer_address(p) for p in pool.k_pages + pool.v_pages] == before
+        assert [buffer_address(p) for p in _page_arrays(pool)] == before

@@ -174,17 +174,13 @@ def test_split_kernels_write_partials_and_the_fused_one_merges():
     fused = define(KernelSpec.parse("decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024"))
     assert fused.output_names == ("out", "partials", "counters_next")
     assert fused.input_names[-1] == "counters" and "atomicAdd(fr_counter, 1)" in fused.source
-    # The launch appends the counters after every other input, scales and biases included.
+    # The launch appends the counters after every other input; quantized pages are one input.
     quantized = define(
         KernelSpec.parse("decode_tc_splitk_direct_cuda_bf16_hd128_bs16_g4_p1024_k4v8gs32")
     )
-    assert quantized.input_names[-5:] == (
-        "k_scales",
-        "k_biases",
-        "v_scales",
-        "v_biases",
-        "counters",
-    )
+    assert quantized.input_names == (
+        "queries", "kv_pages", "block_tables", "seq_lens", "scale", "counters"
+    )  # fmt: skip
     reduce = define(KernelSpec.parse("decode_reduce_cuda_bf16_hd128_bs16_g4_p512_sw"))
     assert reduce.input_names == ("partial_out", "partial_max", "partial_sum", "seq_lens", "window")
 
@@ -289,20 +285,27 @@ def test_quantized_specs_refuse_what_no_kernel_dequantizes(kwargs, message):
         KernelSpec(**args)
 
 
-def test_quantized_lanes_read_eight_values_and_the_scales_come_last():
+def test_quantized_lanes_read_eight_values_from_one_array_of_rows():
     spec = KernelSpec("decode_simt_splitk", "cuda", "bfloat16", 128, 16, 4, 512, True,
                       k_bits=8, v_bits=4, group_size=32)  # fmt: skip
     geo = geometry(spec)
     assert (geo.tpr, geo.epl) == (16, 8)
     defn = define(spec)
-    assert defn.input_names[-4:] == ("k_scales", "k_biases", "v_scales", "v_biases")
-    assert defn.input_names[:7] == ("queries", "k_pages", "v_pages", "block_tables", "seq_lens",
-                                    "scale", "window")  # fmt: skip
+    assert defn.input_names == ("queries", "kv_pages", "block_tables", "seq_lens", "scale",
+                                "window")  # fmt: skip
+    # Each part of a row (0, 64, 192, 200, 208, 212: 8-bit K, 4-bit V, bf16 scales) is read
+    # through a pointer and strides of its own; T-typed parts count strides in T.
+    assert "const uint32_t* v_pages = reinterpret_cast<const uint32_t*>(kv_pages) + 32;" in (
+        defn.source
+    )
+    assert "const T* k_biases = reinterpret_cast<const T*>(kv_pages) + 100;" in defn.source
+    assert "k_biases_strides[3] = {kv_pages_strides[0] * 2," in defn.source
     # 8-bit K: two words a lane, masked by 255; 4-bit V: one word, by 15.
     assert "EPL * 8 / 32" in defn.source and "255u" in defn.source and "15u" in defn.source
     plain = define(KernelSpec("decode_simt", "cuda", "bfloat16", 128, 16, 4, k_bits=16,
                               v_bits=4, group_size=64))  # fmt: skip
-    assert plain.input_names[-2:] == ("v_scales", "v_biases") and "k_scales" not in plain.source
+    assert "const T* k_pages" in plain.source and "k_scales" not in plain.source
+    assert "const T* v_scales = reinterpret_cast<const T*>(kv_pages) + 160;" in plain.source
 
 
 def test_tensor_core_registers_take_packed_slices_a_group_each():

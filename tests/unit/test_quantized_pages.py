@@ -10,9 +10,10 @@ import pytest
 from mlx_paged.engine.config import EngineConfig
 from mlx_paged.kernels.paged_attention_reference import gather_pages
 from mlx_paged.kernels.quantized_pages import (
-    QuantizedPages,
+    QuantizedKVPages,
     check_kv_quantization,
-    page_bytes_per_token,
+    layer_bytes_per_token,
+    row_layout,
 )
 from mlx_paged.kv.paged_cache import PagedKVPool, split_slots
 
@@ -23,23 +24,42 @@ def test_written_values_read_back_as_mlx_dequantizes_them(bits, group):
     keys = mx.random.normal((1, 2, 5, 64), key=mx.random.key(bits + group)).astype(mx.bfloat16)
     values = keys + 1
     pool.write(0, keys, values, split_slots(list(range(8, 13)), 4))  # blocks 2 and 3
-    got = gather_pages(pool.k_pages[0], mx.array([[2, 3]]))[:, :, :5]
+    pages = pool.pages[0]
+    got = gather_pages(pages.k, mx.array([[2, 3]]))[:, :, :5]
     want = mx.dequantize(*mx.quantize(keys, group_size=group, bits=bits), group_size=group,
                          bits=bits)  # fmt: skip
     np.testing.assert_array_equal(got.astype(mx.float32), want.astype(mx.float32))
-    assert isinstance(pool.k_pages[0], QuantizedPages) and pool.k_pages[0].shape == (6, 4, 2, 64)
+    assert isinstance(pages, QuantizedKVPages) and pages.k.shape == (6, 4, 2, 64)
     # V stays in the model's dtype, exactly.
-    v = gather_pages(pool.v_pages[0], mx.array([[2, 3]]))[:, :, :5]
+    v = gather_pages(pages.v, mx.array([[2, 3]]))[:, :, :5]
     np.testing.assert_array_equal(v.astype(mx.float32), values.astype(mx.float32))
 
 
-def test_bytes_per_token_count_values_scales_and_biases():
-    assert page_bytes_per_token(8, 64, mx.bfloat16, 16, 64) == 8 * 64 * 2
-    assert page_bytes_per_token(8, 64, mx.bfloat16, 8, 64) == 8 * (64 + 2 * 1 * 2)
-    assert page_bytes_per_token(8, 64, mx.bfloat16, 4, 32) == 8 * (32 + 2 * 2 * 2)
+def test_rows_hold_k_values_v_values_then_scales_and_biases_padded_to_16_bytes():
+    # bf16, head dim 128, 4 bits in groups of 32: 64 + 64 bytes of values, 4 groups a part.
+    assert row_layout(128, 2, 4, 4, 32) == (0, 64, 128, 136, 144, 152, 160, 160)
+    # 8-bit K, 16-bit V: V keeps the model's dtype and has no scales.
+    assert row_layout(64, 2, 8, 16, 64) == (0, 64, 192, 194, None, None, 196, 208)
+    keys = mx.random.normal((3, 2, 64), key=mx.random.key(1)).astype(mx.bfloat16)
+    values = keys * 2
+    pages = QuantizedKVPages.from_values(keys, values, 8, 16, 64)
+    words = np.array(pages.rows.view(mx.uint8))
+    packed, scales, biases = mx.quantize(keys, group_size=64, bits=8)
+    np.testing.assert_array_equal(words[..., :64], np.array(packed.view(mx.uint8)))
+    np.testing.assert_array_equal(words[..., 64:192], np.array(values.view(mx.uint8)))
+    np.testing.assert_array_equal(words[..., 192:194], np.array(scales.view(mx.uint8)))
+    np.testing.assert_array_equal(words[..., 194:196], np.array(biases.view(mx.uint8)))
+    assert not words[..., 196:].any()
+
+
+def test_bytes_per_token_count_values_scales_biases_and_row_padding():
+    assert layer_bytes_per_token(8, 64, mx.bfloat16, 16, 16, 64) == 2 * 8 * 64 * 2
+    assert layer_bytes_per_token(8, 64, mx.bfloat16, 8, 8, 64) == 8 * 144  # 136, padded
+    assert layer_bytes_per_token(8, 128, mx.bfloat16, 4, 4, 32) == 8 * 2 * (64 + 2 * 4 * 2)
+    assert layer_bytes_per_token(8, 64, mx.bfloat16, 4, 4, 64) == 8 * 80  # 72, padded
     pool = PagedKVPool(3, 10, 16, 8, 64, mx.bfloat16, k_bits=8, v_bits=4, group_size=32)
-    per_token = 3 * (page_bytes_per_token(8, 64, mx.bfloat16, 8, 32)
-                     + page_bytes_per_token(8, 64, mx.bfloat16, 4, 32))  # fmt: skip
+    per_token = 3 * layer_bytes_per_token(8, 64, mx.bfloat16, 8, 4, 32)
+    assert per_token == 3 * 8 * (64 + 32 + 4 * 2 * 2)
     assert pool.nbytes == 10 * 16 * per_token
 
 

@@ -1,24 +1,14 @@
 template <typename T>
-[[kernel]] void custom_kernel_decode_simt_metal_bf16_hd128_bs16_g4_k4v4gs32__bfloat16_t_bfloat16_t_uint32_t_uint32_t_int32_t_int32_t_floatc_bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t(
+[[kernel]] void custom_kernel_decode_simt_metal_bf16_hd128_bs16_g4_k4v4gs32__bfloat16_t_bfloat16_t_uint32_t_int32_t_int32_t_floatc_bfloat16_t(
   const device bfloat16_t* queries [[buffer(0)]],
   const constant int64_t* queries_strides [[buffer(1)]],
-  const device uint32_t* k_pages [[buffer(2)]],
-  const constant int64_t* k_pages_strides [[buffer(3)]],
-  const device uint32_t* v_pages [[buffer(4)]],
-  const constant int64_t* v_pages_strides [[buffer(5)]],
-  const device int32_t* block_tables [[buffer(6)]],
-  const constant int64_t* block_tables_strides [[buffer(7)]],
-  const device int32_t* seq_lens [[buffer(8)]],
-  const constant float* scale [[buffer(9)]],
-  const device bfloat16_t* k_scales [[buffer(10)]],
-  const constant int64_t* k_scales_strides [[buffer(11)]],
-  const device bfloat16_t* k_biases [[buffer(12)]],
-  const constant int64_t* k_biases_strides [[buffer(13)]],
-  const device bfloat16_t* v_scales [[buffer(14)]],
-  const constant int64_t* v_scales_strides [[buffer(15)]],
-  const device bfloat16_t* v_biases [[buffer(16)]],
-  const constant int64_t* v_biases_strides [[buffer(17)]],
-  device bfloat16_t* out [[buffer(18)]],
+  const device uint32_t* kv_pages [[buffer(2)]],
+  const constant int64_t* kv_pages_strides [[buffer(3)]],
+  const device int32_t* block_tables [[buffer(4)]],
+  const constant int64_t* block_tables_strides [[buffer(5)]],
+  const device int32_t* seq_lens [[buffer(6)]],
+  const constant float* scale [[buffer(7)]],
+  device bfloat16_t* out [[buffer(8)]],
   uint simdgroup_index_in_threadgroup [[simdgroup_index_in_threadgroup]],
   uint thread_index_in_simdgroup [[thread_index_in_simdgroup]],
   uint thread_index_in_threadgroup [[thread_index_in_threadgroup]],
@@ -36,6 +26,21 @@ constexpr int TOK = BLOCK_SIZE / RPW;
 constexpr int CHUNK = 8;
 const float pa_log2e = 1.4426950408889634f;
 const float pa_fmin = Limits<float>::finite_min;
+// K and V share one row of 32-bit words a token and KV head: K's values, V's values, then the
+// scales and biases of each quantized side.
+const device uint32_t* k_pages = reinterpret_cast<const device uint32_t*>(kv_pages);
+const int64_t k_pages_strides[3] = {kv_pages_strides[0], kv_pages_strides[1], kv_pages_strides[2]};
+const device T* k_scales = reinterpret_cast<const device T*>(kv_pages) + 64;
+const int64_t k_scales_strides[3] = {kv_pages_strides[0] * 2, kv_pages_strides[1] * 2, kv_pages_strides[2] * 2};
+const device T* k_biases = reinterpret_cast<const device T*>(kv_pages) + 68;
+const int64_t k_biases_strides[3] = {kv_pages_strides[0] * 2, kv_pages_strides[1] * 2, kv_pages_strides[2] * 2};
+const device uint32_t* v_pages = reinterpret_cast<const device uint32_t*>(kv_pages) + 16;
+const int64_t v_pages_strides[3] = {kv_pages_strides[0], kv_pages_strides[1], kv_pages_strides[2]};
+const device T* v_scales = reinterpret_cast<const device T*>(kv_pages) + 72;
+const int64_t v_scales_strides[3] = {kv_pages_strides[0] * 2, kv_pages_strides[1] * 2, kv_pages_strides[2] * 2};
+const device T* v_biases = reinterpret_cast<const device T*>(kv_pages) + 76;
+const int64_t v_biases_strides[3] = {kv_pages_strides[0] * 2, kv_pages_strides[1] * 2, kv_pages_strides[2] * 2};
+
 
 const int pa_kv_head = threadgroup_position_in_grid.x;
 const int pa_seq = threadgroup_position_in_grid.y;
@@ -230,5 +235,5 @@ for (int i = pa_tid; i < GQA * HEAD_DIM; i += NSG * 32) {
 
 }
 
-template [[host_name("custom_kernel_decode_simt_metal_bf16_hd128_bs16_g4_k4v4gs32__bfloat16_t_bfloat16_t_uint32_t_uint32_t_int32_t_int32_t_floatc_bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t")]] [[kernel]] decltype(custom_kernel_decode_simt_metal_bf16_hd128_bs16_g4_k4v4gs32__bfloat16_t_bfloat16_t_uint32_t_uint32_t_int32_t_int32_t_floatc_bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t<bfloat16_t>) custom_kernel_decode_simt_metal_bf16_hd128_bs16_g4_k4v4gs32__bfloat16_t_bfloat16_t_uint32_t_uint32_t_int32_t_int32_t_floatc_bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t_bfloat16_t<bfloat16_t>;
+template [[host_name("custom_kernel_decode_simt_metal_bf16_hd128_bs16_g4_k4v4gs32__bfloat16_t_bfloat16_t_uint32_t_int32_t_int32_t_floatc_bfloat16_t")]] [[kernel]] decltype(custom_kernel_decode_simt_metal_bf16_hd128_bs16_g4_k4v4gs32__bfloat16_t_bfloat16_t_uint32_t_int32_t_int32_t_floatc_bfloat16_t<bfloat16_t>) custom_kernel_decode_simt_metal_bf16_hd128_bs16_g4_k4v4gs32__bfloat16_t_bfloat16_t_uint32_t_int32_t_int32_t_floatc_bfloat16_t<bfloat16_t>;
 
