@@ -49,6 +49,7 @@ class LaunchPlan:
     counter_slots: int = 0  # the counters a fused call needs: one per group
     window: bool = False  # takes the window size
     rope: bool = False  # takes the step's new K/V and RoPE frequencies, returns the rotated K
+    page_inputs: int = 2  # K and V arrays, or quantized pages' one array of rows
     reduce_kernel: Any = None
     reduce_grid: tuple[int, int, int] = (0, 0, 0)
     launch_eager: Callable = field(init=False, compare=False, repr=False)
@@ -100,7 +101,7 @@ def launch_plan(
         )
     shapes = dict(
         groups=groups, out_shape=(num_seqs, num_heads, num_queries, head_dim), dtype=dtype,
-        window=sliding_window, rope=rope,
+        window=sliding_window, rope=rope, page_inputs=1 if spec.quantized else 2,
     )  # fmt: skip
     tg = _threads(spec)
     if not spec.partitioned:
@@ -179,8 +180,9 @@ def _launch_function(plan: LaunchPlan) -> Callable:
     def two_pass(*inputs):
         shapes = [*plan.partial_shapes, *rotated]
         outputs = call(inputs, shapes, partial_dtypes + rotated_dtype)
+        lens = 2 + plan.page_inputs  # after the queries, the pages and the block tables
         out = plan.reduce_kernel(  # the partials, seq_lens and the window if any
-            inputs=[*outputs[:3], inputs[4], *inputs[6 : 6 + plan.window]],
+            inputs=[*outputs[:3], inputs[lens], *inputs[lens + 2 : lens + 2 + plan.window]],
             template=template,
             grid=plan.reduce_grid,
             threadgroup=(32, 1, 1),
