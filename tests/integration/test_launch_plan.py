@@ -217,3 +217,29 @@ def test_forced_kernels_and_partition_lengths(cuda_plans):
     plan = _plan(2, 2048, backend="cuda", kernel="decode_tc_splitk_direct", partition_size=4096)
     assert plan.name == "decode_tc_splitk_direct_cuda_bf16_hd128_bs16_g4_p4096"
     assert plan.grid[2] == 8
+
+
+@pytest.mark.parametrize("bits", [(16, 16, 0), (4, 4, 32)])
+def test_two_pass_reduce_gets_seq_lens_and_window_after_the_page_arrays(bits):
+    """Quantized pages come as one array (16-bit ones as K and V), so the reduce pass finds
+    the lengths and the window by the plan's count of page inputs. The kernels are recording
+    stand-ins: a Metal kernel cannot run on this machine."""
+    import dataclasses
+
+    plan = _plan(2, 128, sliding_window=True, bits=bits)
+    assert plan.page_inputs == (1 if bits[0] < 16 else 2) and plan.reduce_kernel is not None
+    seen = {}
+
+    def first(inputs, output_shapes, **_):
+        return [mx.zeros(shape) for shape in output_shapes]
+
+    def reduce(inputs, output_shapes, **_):
+        seen["reduce"] = inputs
+        return [mx.zeros(output_shapes[0])]
+
+    plan = dataclasses.replace(plan, kernel=first, reduce_kernel=reduce)
+    lens, window = mx.array([5, 9], mx.int32), mx.array([4], mx.int32)
+    pages = [mx.zeros((4,), mx.uint32)] * plan.page_inputs
+    tables, scale = mx.zeros((2, 128), mx.int32), mx.array([1.0])
+    plan.launch_eager(mx.zeros((2, 32, 1, 128)), *pages, tables, lens, scale, window)
+    assert seen["reduce"][3] is lens and seen["reduce"][4] is window
