@@ -170,7 +170,7 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
     if sinks is not None:
         raise UnsupportedSpecError(f"{plan.name}: attention sinks are not implemented")
     _check_quantized_sides(plan.name, k_pages, v_pages)
-    k_dtype, v_dtype = _values_dtype(k_pages), _values_dtype(v_pages)
+    k_dtype, v_dtype = k_pages.dtype, v_pages.dtype
     if (
         k_shape[3] != head_dim
         or v_pages.shape != k_shape
@@ -188,7 +188,7 @@ def page_bits(k_pages, v_pages) -> tuple[int, int, int]:
     group size of 0 when neither is quantized."""
     if isinstance(k_pages, QuantizedPages):
         kv = k_pages.kv
-        return kv.k_bits, kv.v_bits, kv.group_size if kv.quantized else 0
+        return kv.k_bits, kv.v_bits, kv.group_size
     return 16, 16, 0
 
 
@@ -199,10 +199,6 @@ def _check_quantized_sides(name: str, k_pages, v_pages) -> None:
         raise UnsupportedSpecError(
             f"{name}: quantized pages must be the K and V sides of one QuantizedKVPages"
         )
-
-
-def _values_dtype(pages) -> mx.Dtype:
-    return pages.dtype
 
 
 def warm_up(

@@ -69,6 +69,8 @@ class QuantizedKVPages(NamedTuple):
     def zeros(cls, shape: tuple[int, ...], dtype: mx.Dtype, k_bits: int, v_bits: int,
               group_size: int) -> QuantizedKVPages:  # fmt: skip
         """Pages of `shape` (`(…, head_dim)`, as plain pages would have it) that hold zeros."""
+        if min(k_bits, v_bits) == 16:
+            raise ValueError("quantized pages need K or V below 16 bits; use plain pages")
         *lead, dim = shape
         layout = row_layout(dim, dtype.size, k_bits, v_bits, group_size)
         rows = mx.zeros((*lead, layout.row_bytes // 4), dtype=mx.uint32)
@@ -84,10 +86,6 @@ class QuantizedKVPages(NamedTuple):
     @property
     def dtype(self) -> mx.Dtype:
         return getattr(mx, self.dtype_name)
-
-    @property
-    def quantized(self) -> bool:
-        return min(self.k_bits, self.v_bits) < 16
 
     @property
     def layout(self) -> RowLayout:
@@ -118,6 +116,7 @@ class QuantizedKVPages(NamedTuple):
     def write(self, slots: tuple[mx.array, mx.array], keys: mx.array, values: mx.array):
         """Quantize `(N, heads, head_dim)` keys and values into rows and scatter them to `slots`
         (block ids, offsets in the block); returns the pages, updated in place."""
+        # Imported here: the kernel module reaches this one through the kernel specs.
         from mlx_paged.kernels.quantize_rows import quantize_rows
 
         self.rows[slots] = quantize_rows(self, keys, values)  # in place: may reuse the buffer

@@ -4,9 +4,9 @@ One `PagedKVPool` holds every layer's pages `[num_blocks, block_size, num_kv_hea
 (token-major, "NHD"): a K and a V array a layer (`KVPages`), or on quantized pages one array
 whose rows hold both (`QuantizedKVPages`). For each forward, the runner builds a
 `PagedAttentionMetadata` (block tables, lengths, positions, slot mapping) and hands the model
-one `PagedLayerCache` per layer.
-The cache writes new K/V into the pool by scatter at `slot_mapping`, returns only the new K/V,
-and the patched attention (`attention_hook.py`) reads the pages through the block tables.
+one `PagedLayerCache` per layer. The cache writes new K/V into the pool by scatter at
+`slot_mapping`, returns only the new K/V, and the patched attention (`attention_hook.py`) reads
+the pages through the block tables.
 """
 
 from __future__ import annotations
