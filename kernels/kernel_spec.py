@@ -76,10 +76,10 @@ def ring_refuses_quantized(head_dim: int, k_bits: int, v_bits: int, group_size: 
     """Why the tensor-core ring kernels cannot stage these quantized pages, or None."""
     if max(k_bits, v_bits) == 16:
         return "the tensor-core ring stages both sides quantized or both at 16 bits"
-    if head_dim // group_size < 2:
+    if (head_dim // group_size) % 2:
         return (
-            "the tensor-core ring copies scales in pieces of at least 4 bytes "
-            "(head_dim / group_size >= 2)"
+            "the tensor-core ring copies scales in pieces of at least 4 bytes and rows in "
+            "16-byte chunks (head_dim / group_size even)"
         )
     return None
 

@@ -6,7 +6,7 @@
 |   (`decode_tc` past 72 groups)                  |                  | past 16k tokens:           |
 |                                                 |                  | `decode_tc_splitk_direct`  |
 |   ... on quantized pages (both sides quantized, | as above         | `decode_tc_splitk` p1024   |
-|   head_dim / group_size >= 2)                   |                  | at every width             |
+|   head_dim / group_size even)                   |                  | at every width             |
 |   ... on other quantized pages                  | none             | `decode_tc_splitk_direct`  |
 |                                                 |                  | p1024 at every width       |
 | everywhere else (Metal, fp32, other head sizes) | `decode_simt`    | `decode_simt_splitk` p512  |

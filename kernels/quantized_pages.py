@@ -1,11 +1,13 @@
 """Quantized K/V pages: one array per layer whose rows hold a token's K and V for one head.
 
 A row is 32-bit words: K's values, V's values, then the scales and biases of each quantized
-side (K's first), padded to 16 bytes. A quantized side keeps MLX's affine layout (the one
-`mx.quantize` and mlx-lm's `QuantizedKVCache` use): values packed from the low bits of each
-word up, one scale and one bias per group of `group_size` along the head dim, in the model's
-dtype, `value = scale * q + bias`. A side at 16 bits keeps the model's dtype. K and V in one row
-make a decode step's write one quantize and one scatter a layer (`quantize_rows.py`).
+side (K's first), padded to 16 bytes where a side is at 16 bits (its values load 16 bytes at a
+time) and to 8 bytes otherwise (which rows of two quantized sides already are). A quantized
+side keeps MLX's affine layout (the one `mx.quantize` and mlx-lm's `QuantizedKVCache` use):
+values packed from the low bits of each word up, one scale and one bias per group of
+`group_size` along the head dim, in the model's dtype, `value = scale * q + bias`. A side at 16
+bits keeps the model's dtype. K and V in one row make a decode step's write one quantize and
+one scatter a layer (`quantize_rows.py`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ class RowLayout(NamedTuple):
     used_bytes: int  # the parts' bytes; the rest of the row is zero padding
     row_bytes: int
 
+    @property
+    def alignment(self) -> int:
+        """The widest load, in bytes, that every row start allows (8 or 16)."""
+        return 16 if self.row_bytes % 16 == 0 else 8
+
     def scales(self, side: str) -> tuple[int | None, int | None]:
         return (self.k_scales, self.k_biases) if side == "k" else (self.v_scales, self.v_biases)
 
@@ -49,7 +56,8 @@ def row_layout(head_dim: int, itemsize: int, k_bits: int, v_bits: int, group: in
         part = head_dim // group * itemsize
         scale_offsets += [offset, offset + part]
         offset += 2 * part
-    row = -(-offset // 16) * 16
+    align = 16 if 16 in (k_bits, v_bits) else 8
+    row = -(-offset // align) * align
     return RowLayout(0, values_bytes(k_bits), *scale_offsets, offset, row)
 
 

@@ -342,6 +342,12 @@ def test_tensor_core_registers_take_packed_slices_a_group_each():
     source = define(bf16).source
     assert "mlx_paged_dequant2(" not in source and "255u" in source
     assert "kd[i][e] = static_cast<T>(k_scale[u][i] * static_cast<float>(q)" in source
+    # Rows of 136 bytes (head dim 64, 8-bit, groups of 64) start 8-byte aligned: the 16-byte K
+    # slice loads in two 8-byte pieces.
+    narrow = define(KernelSpec("decode_tc_splitk_direct", "cuda", "bfloat16", 64, 16, 4, 1024,
+                               k_bits=8, v_bits=8, group_size=64))  # fmt: skip
+    assert "reinterpret_cast<const uint2*>(k_pages + mq_row)[vi]" in narrow.source
+    assert "uint4" not in narrow.source.split("kq[u][n]")[1][:200]
 
 
 def test_quantized_ring_slot_holds_packed_rows_then_scales_and_biases():

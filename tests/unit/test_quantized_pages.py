@@ -35,11 +35,16 @@ def test_written_values_read_back_as_mlx_dequantizes_them(bits, group):
     np.testing.assert_array_equal(v.astype(mx.float32), values.astype(mx.float32))
 
 
-def test_rows_hold_k_values_v_values_then_scales_and_biases_padded_to_16_bytes():
+def test_rows_hold_k_values_v_values_then_scales_and_biases():
     # bf16, head dim 128, 4 bits in groups of 32: 64 + 64 bytes of values, 4 groups a part.
     assert row_layout(128, 2, 4, 4, 32) == (0, 64, 128, 136, 144, 152, 160, 160)
-    # 8-bit K, 16-bit V: V keeps the model's dtype and has no scales.
+    # 8-bit K, 16-bit V: V keeps the model's dtype and has no scales; padded to 16 bytes for
+    # its vector loads. Two quantized sides need only 8 (the kernels' widest load there).
     assert row_layout(64, 2, 8, 16, 64) == (0, 64, 192, 194, None, None, 196, 208)
+    assert (
+        row_layout(64, 2, 8, 8, 64).row_bytes == 136 and row_layout(64, 2, 8, 8, 64).alignment == 8
+    )
+    assert row_layout(128, 2, 4, 4, 32).alignment == 16
     keys = mx.random.normal((3, 2, 64), key=mx.random.key(1)).astype(mx.bfloat16)
     values = keys * 2
     pages = QuantizedKVPages.from_values(keys, values, 8, 16, 64)
@@ -54,9 +59,10 @@ def test_rows_hold_k_values_v_values_then_scales_and_biases_padded_to_16_bytes()
 
 def test_bytes_per_token_count_values_scales_biases_and_row_padding():
     assert layer_bytes_per_token(8, 64, mx.bfloat16, 16, 16, 64) == 2 * 8 * 64 * 2
-    assert layer_bytes_per_token(8, 64, mx.bfloat16, 8, 8, 64) == 8 * 144  # 136, padded
+    assert layer_bytes_per_token(8, 64, mx.bfloat16, 8, 8, 64) == 8 * 2 * (64 + 2 * 1 * 2)
     assert layer_bytes_per_token(8, 128, mx.bfloat16, 4, 4, 32) == 8 * 2 * (64 + 2 * 4 * 2)
-    assert layer_bytes_per_token(8, 64, mx.bfloat16, 4, 4, 64) == 8 * 80  # 72, padded
+    assert layer_bytes_per_token(8, 64, mx.bfloat16, 4, 4, 64) == 8 * 72
+    assert layer_bytes_per_token(8, 64, mx.bfloat16, 16, 4, 64) == 8 * 176  # 164, padded
     pool = PagedKVPool(3, 10, 16, 8, 64, mx.bfloat16, k_bits=8, v_bits=4, group_size=32)
     per_token = 3 * layer_bytes_per_token(8, 64, mx.bfloat16, 8, 4, 32)
     assert per_token == 3 * 8 * (64 + 32 + 4 * 2 * 2)
