@@ -59,6 +59,22 @@ class QuantizeRowsSpec:
     def itemsize(self) -> int:
         return 4 if self.dtype == "float32" else 2
 
+    @classmethod
+    def parse(cls, name: str) -> QuantizeRowsSpec:
+        """Inverse of `name` (e.g. `quantize_rows_cuda_bf16_hd128_k4v4gs32`)."""
+        try:
+            backend, dtype, hd, bits = name.removeprefix("quantize_rows_").split("_")
+            k, rest = bits.removeprefix("k").split("v")
+            v, group = rest.split("gs")
+            dtype = {short: full for full, short in _SHORT.items()}[dtype]
+            fields = (int(hd.removeprefix("hd")), int(k), int(v), int(group))
+        except (ValueError, KeyError) as exc:
+            raise UnsupportedSpecError(
+                f"{name!r} is not a quantize kernel name (expected e.g. "
+                f"quantize_rows_cuda_bf16_hd128_k4v4gs32)"
+            ) from exc
+        return cls(backend, dtype, *fields)
+
     @property
     def row_layout(self) -> RowLayout:
         return row_layout(self.head_dim, self.itemsize, self.k_bits, self.v_bits, self.group_size)

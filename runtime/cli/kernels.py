@@ -61,14 +61,19 @@ def _render(args: argparse.Namespace) -> int:
     import dataclasses
 
     from mlx_paged.codegen.build import KernelRenderError
+    from mlx_paged.kernels import quantize_rows
     from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
     from mlx_paged.kernels.paged_attention_geometry import define
+    from mlx_paged.kernels.quantize_rows import QuantizeRowsSpec
 
     try:
-        spec = KernelSpec.parse(args.spec)
+        if args.spec.startswith("quantize_rows_"):  # the quantized pages' write kernel
+            spec = QuantizeRowsSpec.parse(args.spec)
+        else:
+            spec = KernelSpec.parse(args.spec)
         if args.backend:
             spec = dataclasses.replace(spec, backend=args.backend)
-        defn = define(spec)
+        defn = quantize_rows.define(spec) if isinstance(spec, QuantizeRowsSpec) else define(spec)
     except (UnsupportedSpecError, KernelRenderError) as exc:
         print(f"mlx-paged kernels render: {exc}", file=sys.stderr)
         return 2

@@ -94,3 +94,19 @@ def test_cli_renders_and_checks_a_cuda_spec(capsys):
     listing = capsys.readouterr()
     assert "decode_tc_cuda_bf16_hd128_bs16_g4\n" in listing.out
     assert f"{len(all_specs('cuda'))} specs" in listing.err
+
+
+def test_cli_renders_the_quantize_kernel_on_either_backend(capsys):
+    from mlx_paged.cli.main import main
+
+    name = "quantize_rows_cuda_bf16_hd128_k4v4gs32"
+    assert main(["kernels", "render", name, "--check"]) == 0
+    out, err = capsys.readouterr()
+    assert f"__global__ void {name}(" in out and "NVRTC compile check passed (" in err
+    assert main(["kernels", "render", name, "--backend", "metal", "--check"]) == 0
+    out, err = capsys.readouterr()
+    assert "device uint32_t* rows [[buffer(" in out and "clang compile check passed" in err
+    assert main(["kernels", "render", "quantize_rows_cuda_bf16_hd128_k16v16gs32"]) == 2
+    assert "not a quantized page layout" in capsys.readouterr().err
+    assert main(["kernels", "render", "quantize_rows_cuda_bf16"]) == 2
+    assert "not a quantize kernel name" in capsys.readouterr().err
