@@ -117,7 +117,7 @@ ENGINE_METHODS = {
         paged_attention="kernel", fused_rope="auto", compile_decode="off"
     ),
     "paged_reference": dict(paged_attention="reference"),
-    # Quantized pages: the dequantizing SIMT kernels (K/V bits, groups of 32).
+    # Quantized pages (K and V bits, groups of 32), read by the dequantizing kernels.
     "paged_kernel_kv8": dict(paged_attention="kernel", kv_bits=8, kv_group_size=32),
     "paged_kernel_kv4": dict(paged_attention="kernel", kv_bits=4, kv_group_size=32),
     "contiguous": dict(kv_paged=False),
