@@ -13,13 +13,27 @@ def gather_pages(pages: mx.array | QuantizedPages, block_tables: mx.array) -> mx
     """`[num_blocks, block_size, H, D]` pages + `(B, max_blocks)` tables -> `(B, H, T, D)`,
     with `T = max_blocks * block_size`; positions past a row's length hold garbage. Quantized
     pages come out dequantized."""
-    num_rows, max_blocks = block_tables.shape
-    _, block_size, heads, dim = pages.shape
     ids = block_tables.reshape(-1)
     if isinstance(pages, QuantizedPages):
         gathered = pages.gather(ids).dequantize()
     else:
         gathered = pages[ids]
+    return _token_major(gathered, block_tables.shape)
+
+
+def gather_kv(k_pages, v_pages, block_tables: mx.array) -> tuple[mx.array, mx.array]:
+    """`gather_pages` of both sides; the rows of quantized pages, which hold both, are gathered
+    once."""
+    if not isinstance(k_pages, QuantizedPages):
+        return gather_pages(k_pages, block_tables), gather_pages(v_pages, block_tables)
+    kv = k_pages.kv.gather(block_tables.reshape(-1))
+    return tuple(_token_major(side.dequantize(), block_tables.shape) for side in (kv.k, kv.v))
+
+
+def _token_major(gathered: mx.array, table_shape: tuple[int, int]) -> mx.array:
+    """Gathered blocks `(B * max_blocks, block_size, H, D)` -> `(B, H, T, D)`."""
+    num_rows, max_blocks = table_shape
+    _, block_size, heads, dim = gathered.shape
     return gathered.reshape(num_rows, max_blocks * block_size, heads, dim).transpose(0, 2, 1, 3)
 
 
@@ -66,8 +80,7 @@ def paged_attention_reference(
         window: sliding-window size, or None for full attention.
         sinks: attention sinks, passed through to SDPA.
     """
-    keys = gather_pages(k_pages, block_tables)
-    values = gather_pages(v_pages, block_tables)
+    keys, values = gather_kv(k_pages, v_pages, block_tables)
     mask = paged_attention_mask(query_positions, context_lens, keys.shape[2], window)
     return mx.fast.scaled_dot_product_attention(
         queries, keys, values, scale=scale, mask=mask, sinks=sinks
@@ -103,8 +116,7 @@ def paged_attention_decode_rope_reference(
     positions = context_lens - 1
     queries = rotate_half_rope(queries, positions, rope_inv_freq)
     keys = rotate_half_rope(keys, positions, rope_inv_freq)
-    gathered_k = gather_pages(k_pages, block_tables)
-    gathered_v = gather_pages(v_pages, block_tables)
+    gathered_k, gathered_v = gather_kv(k_pages, v_pages, block_tables)
     num_keys = gathered_k.shape[2]
     at_new = (mx.arange(num_keys)[None, :] == positions[:, None])[:, None, :, None]
     gathered_k = mx.where(at_new, keys, gathered_k)

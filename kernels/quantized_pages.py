@@ -158,20 +158,17 @@ class QuantizedPages(NamedTuple):
 
     def dequantize(self) -> mx.array:
         """The side's values, in the model's dtype."""
-        rows, layout, dim = self.kv.rows, self.kv.layout, self.kv.head_dim
-        start = layout.k_values if self.side == "k" else layout.v_values
+        rows, layout, dim, dtype = self.kv.rows, self.kv.layout, self.kv.head_dim, self.dtype
+        start = (layout.k_values if self.side == "k" else layout.v_values) // 4
         if self.bits == 16:
-            return _words(rows, start, dim * self.dtype.size).view(self.dtype)
-        packed = _words(rows, start, dim * self.bits // 8)
-        groups = dim // self.group_size * self.dtype.size
-        scales, biases = (_words(rows, o, groups, self.dtype) for o in layout.scales(self.side))
-        return mx.dequantize(packed, scales, biases, group_size=self.group_size, bits=self.bits)
-
-
-def _words(rows: mx.array, offset: int, nbytes: int, dtype: mx.Dtype = mx.uint32) -> mx.array:
-    """Bytes `[offset, offset + nbytes)` of every row, as `dtype`."""
-    as_bytes = rows.view(mx.uint8)
-    return as_bytes[..., offset : offset + nbytes].view(dtype)
+            return rows[..., start : start + dim * dtype.size // 4].view(dtype)
+        packed = rows[..., start : start + dim * self.bits // 32]
+        # The side's scales, then its biases: whole words, one view for both.
+        groups = dim // self.group_size
+        first = layout.scales(self.side)[0] // 4
+        both = rows[..., first : first + 2 * groups * dtype.size // 4].view(dtype)
+        return mx.dequantize(packed, both[..., :groups], both[..., groups:],
+                             group_size=self.group_size, bits=self.bits)  # fmt: skip
 
 
 def pack_rows(pages: QuantizedKVPages, keys: mx.array, values: mx.array) -> mx.array:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from mlx_paged.kernels.paged_attention_reference import gather_pages, paged_attention_reference
+from mlx_paged.kernels.paged_attention_reference import gather_kv, paged_attention_reference
 
 
 def row_shapes(pool):
@@ -21,8 +21,7 @@ def causal_row(queries: mx.array, cache, start: int, table: mx.array, scale) -> 
     with MLX's causal SDPA (which aligns the queries to the end of the keys); in buckets with
     the pool's `prefill_shapes` (CUDA, `PrefillShapes.attend_row`)."""
     total = start + queries.shape[2]
-    keys = gather_pages(cache.k_pages, table[None])[:, :, :total]
-    values = gather_pages(cache.v_pages, table[None])[:, :, :total]
+    keys, values = (x[:, :, :total] for x in gather_kv(cache.k_pages, cache.v_pages, table[None]))
     if keys.shape[2] < total:  # the padding reaches past the row's last block
         room = ((0, 0), (0, 0), (0, total - keys.shape[2]), (0, 0))
         keys, values = mx.pad(keys, room), mx.pad(values, room)
