@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES, RowLayout, row_layout
+from mlx_paged.kernels.quantized_ring_rows import slot_row_stride
 
 BACKENDS = ("metal", "cuda")
 DTYPES = ("float16", "bfloat16", "float32")
@@ -72,15 +73,10 @@ KERNELS = {
 }
 
 
-def ring_refuses_quantized(head_dim: int, k_bits: int, v_bits: int, group_size: int) -> str | None:
+def ring_refuses_quantized(k_bits: int, v_bits: int) -> str | None:
     """Why the tensor-core ring kernels cannot stage these quantized pages, or None."""
     if max(k_bits, v_bits) == 16:
         return "the tensor-core ring stages both sides quantized or both at 16 bits"
-    if (head_dim // group_size) % 2:
-        return (
-            "the tensor-core ring copies scales in pieces of at least 4 bytes and rows in "
-            "16-byte chunks (head_dim / group_size even)"
-        )
     return None
 
 
@@ -142,8 +138,7 @@ class KernelSpec:
                 f"{self.name}: quantized pages come in groups of {KV_GROUP_SIZES}"
             )
         ring = self.tensor_cores and self.stages > 1
-        bits = (self.k_bits, self.v_bits, self.group_size)
-        reason = (ring and ring_refuses_quantized(self.head_dim, *bits)) or (
+        reason = (ring and ring_refuses_quantized(self.k_bits, self.v_bits)) or (
             "the RoPE kernels write 16-bit pages" if self.rope
             else "the reduce pass reads no pages" if self.is_reduce
             else f"lanes of 8 values need head_dim {QUANT_HEAD_DIMS}"
@@ -243,6 +238,11 @@ class KernelSpec:
     def row_layout(self) -> RowLayout:
         """Where a quantized pages row keeps each part (`quantized_pages.row_layout`)."""
         return row_layout(self.head_dim, self.itemsize, self.k_bits, self.v_bits, self.group_size)
+
+    @property
+    def ring_row_stride(self) -> int:
+        """Bytes between the rows of a quantized ring slot (`quantized_ring_rows.py`)."""
+        return slot_row_stride(self.row_layout, self.head_dim, self.k_bits, self.v_bits)
 
     @classmethod
     def parse(cls, name: str) -> KernelSpec:

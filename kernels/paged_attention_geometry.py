@@ -39,12 +39,11 @@ class Geometry:
 
 
 def ring_slot_bytes(spec: KernelSpec, rows: int = 16) -> int:
-    """One ring slot: `rows` rows of K and of V; on quantized pages, of packed values, then
-    the rows' scales and biases of each side (`_mma_quant_ring.jinja`)."""
+    """One ring slot: `rows` rows of K and of V; on quantized pages, `rows` page rows, each
+    padded to the slot's row stride (`_mma_quant_ring.jinja`)."""
     if not spec.quantized:
         return 2 * rows * spec.head_dim * spec.itemsize
-    packed = spec.head_dim * (spec.k_bits + spec.v_bits) // 8
-    return rows * (packed + 4 * spec.head_dim // spec.group_size * spec.itemsize)
+    return rows * spec.ring_row_stride
 
 
 def _threadgroup_bytes(nsg: int, spec: KernelSpec) -> int:

@@ -5,9 +5,9 @@
 | CUDA, bf16/fp16, head_dim 64/128, blocks 16/32  | `decode_tc_wide` | `decode_tc_splitk` p1024   |
 |   (`decode_tc` past 72 groups)                  |                  | past 16k tokens:           |
 |                                                 |                  | `decode_tc_splitk_direct`  |
-|   ... on quantized pages (both sides quantized, | as above         | `decode_tc_splitk` p1024   |
-|   head_dim / group_size even)                   |                  | at every width             |
-|   ... on other quantized pages                  | none             | `decode_tc_splitk_direct`  |
+|   ... on quantized pages (both sides quantized) | as above         | `decode_tc_splitk` p1024   |
+|                                                 |                  | at every width             |
+|   ... on other quantized pages (a 16-bit side)  | none             | `decode_tc_splitk_direct`  |
 |                                                 |                  | p1024 at every width       |
 | everywhere else (Metal, fp32, other head sizes) | `decode_simt`    | `decode_simt_splitk` p512  |
 |                                                 |                  | + `decode_reduce`          |
@@ -116,7 +116,7 @@ def route(
             return Route("decode_simt", 0)
         return Route("decode_simt_splitk", SIMT_PARTITION_SIZE)
     quantized = min(bits[:2]) < 16
-    if quantized and ring_refuses_quantized(head_dim, *bits):
+    if quantized and ring_refuses_quantized(*bits[:2]):
         return Route("decode_tc_splitk_direct", TC_PARTITION_SIZE)
     # Long tables of 16-bit pages split on the register path; quantized ones stay on the ring,
     # whose split-K beats the register path's on them at 8k tokens (docs/kernels.md).
@@ -152,7 +152,7 @@ def routed_specs(
     bits, V bits and group size of quantized pages (the reduce reads no pages)."""
     quantized = min(bits[:2]) < 16
     tensor_cores = tensor_cores_serve(backend, dtype, head_dim, block_size)
-    if tensor_cores and quantized and ring_refuses_quantized(head_dim, *bits):
+    if tensor_cores and quantized and ring_refuses_quantized(*bits[:2]):
         sizes = {"decode_tc_splitk_direct": (TC_PARTITION_SIZE,)}  # `route`'s one choice here
     else:
         names = (

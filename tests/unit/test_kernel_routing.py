@@ -101,8 +101,8 @@ def test_routed_specs_are_what_warm_up_compiles():
 def test_quantized_pages_route_to_the_ring_as_16_bit_pages_do_but_never_the_register_path():
     """Quantized pages on tensor-core shapes take the ring kernels where 16-bit pages would, and
     the ring split-K (p1024) where 16-bit pages take the register path past 16k tokens; with a
-    16-bit side or head_dim / group_size < 2 (which the ring cannot stage) the register-path
-    split-K; the SIMT shapes route as on 16-bit pages."""
+    16-bit side (which the ring cannot stage) the register-path split-K; the SIMT shapes route
+    as on 16-bit pages."""
     q4 = (4, 4, 32)
     cases = {
         (256, 8192): Route("decode_tc", 0),
@@ -115,9 +115,10 @@ def test_quantized_pages_route_to_the_ring_as_16_bit_pages_do_but_never_the_regi
     for (groups, tokens), expected in cases.items():
         assert route("cuda", BF16, 128, 16, groups, tokens, q4) == expected, (groups, tokens)
     direct = Route("decode_tc_splitk_direct", 1024)
-    for bits in ((8, 16, 32), (16, 4, 64), (4, 4, 64)):
-        head_dim = 64 if bits == (4, 4, 64) else 128
-        assert route("cuda", mx.float16, head_dim, 32, 256, 8192, bits) == direct
+    for bits in ((8, 16, 32), (16, 4, 64)):
+        assert route("cuda", mx.float16, 128, 32, 256, 8192, bits) == direct
+    # Rows of 72 bytes (head dim 64, 4 bits, groups of 64) copy in 8-byte pieces.
+    assert route("cuda", mx.float16, 64, 32, 256, 8192, (4, 4, 64)) == Route("decode_tc", 0)
     assert route("cuda", mx.float32, 128, 16, 8, 32768, q4) == Route("decode_simt_splitk", 512)
     assert route("metal", BF16, 128, 16, 1024, 8192, q4) == Route("decode_simt", 0)
     specs = routed_specs("cuda", BF16, 128, 16, 4, False, bits=(8, 4, 32))

@@ -269,7 +269,6 @@ def test_quantized_specs_name_their_bits_and_parse_back():
     "kwargs,message",
     [
         (dict(kernel="decode_tc", backend="cuda", v_bits=16), "both sides quantized or both"),
-        (dict(kernel="decode_tc", backend="cuda", head_dim=64, group_size=64), "at least 4 bytes"),
         (dict(rope=True), "RoPE kernels write 16-bit pages"),
         (dict(kernel="decode_reduce", partition_size=512), "reduce pass reads no pages"),
         (dict(head_dim=96), "lanes of 8 values need head_dim"),
@@ -350,16 +349,20 @@ def test_tensor_core_registers_take_packed_slices_a_group_each():
     assert "uint4" not in narrow.source.split("kq[u][n]")[1][:200]
 
 
-def test_quantized_ring_slot_holds_packed_rows_then_scales_and_biases():
-    """A slot of the quantized ring: 16 packed K rows and 16 V rows of this KV head (64 bytes
-    each at head dim 128 and 4 bits), then 16 rows of each of the 4 scale and bias arrays (4
-    groups of 2 bytes), copied by cp.async and read back into the register path's slices."""
+def test_quantized_ring_slot_holds_whole_page_rows_at_a_padded_stride():
+    """A slot of the quantized ring: 16 whole page rows of this KV head (160 bytes at head dim
+    128, 4 bits, groups of 32), copied by cp.async in 16-byte pieces to rows 176 bytes apart,
+    and read back into the register path's slices."""
     spec = KernelSpec("decode_tc_splitk", "cuda", "bfloat16", 128, 16, 4, 1024, k_bits=4,
                       v_bits=4, group_size=32)  # fmt: skip
     defn = define(spec)
-    assert ring_slot_bytes(spec) == 16 * (64 + 64) + 4 * 16 * 8
+    assert spec.row_layout.row_bytes == 160 and spec.ring_row_stride == 176
+    assert ring_slot_bytes(spec) == 16 * 176
     assert defn.ring_bytes == 4 * 3 * ring_slot_bytes(spec)  # 4 simdgroups, 3 slots each
-    assert "mlx_paged_cp_async_at<SB>(" in defn.source and "cp.async.ca" in defn.header
+    assert (
+        "constexpr int CW = 16;" in defn.source and "constexpr int NCH = 160 / CW;" in defn.source
+    )
+    assert "mlx_paged_cp_async_at<CW>(" in defn.source and "cp.async.ca" in defn.header
     assert "reinterpret_cast<uint4*>(kq[0][i])[vi]" in defn.source
     assert "mlx_paged_dequant2(kq[0][i][w], k * 4, 0x000f000fu" in defn.source
     # Queries and outputs take the register path's dim order, not ldmatrix's.
