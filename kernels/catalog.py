@@ -103,7 +103,8 @@ def quantized_specs(backend: str) -> list[KernelSpec]:
 
 def _tensor_core_quantized_specs() -> list[KernelSpec]:
     """The register path (bf16/fp16, head dims 64/128, blocks 16/32, both group sizes, windows,
-    K or V at 16 bits) and the quantized ring of each ring kernel."""
+    K or V at 16 bits) and the quantized ring: each ring kernel, rows copied in 16-byte and in
+    8-byte pieces."""
     rings = [
         KernelSpec("decode_tc_splitk", "cuda", "bfloat16", 128, 16, 4, 1024, k_bits=4, v_bits=4,
                    group_size=32),
@@ -111,6 +112,11 @@ def _tensor_core_quantized_specs() -> list[KernelSpec]:
                    group_size=32),
         KernelSpec("decode_tc_wide", "cuda", "bfloat16", 128, 32, 2, 0, k_bits=8, v_bits=8,
                    group_size=64),
+        # Rows of 72 bytes, copied 8 bytes at a time.
+        KernelSpec("decode_tc", "cuda", "float16", 64, 16, 4, 0, k_bits=4, v_bits=4,
+                   group_size=64),
+        KernelSpec("decode_tc_splitk", "cuda", "float16", 128, 16, 8, 1024, True, k_bits=8,
+                   v_bits=8, group_size=32),
     ]  # fmt: skip
     cases = [
         ("bfloat16", 128, 16, 4, False, 4, 4, 32),
