@@ -14,7 +14,6 @@ import functools
 from mlx_paged.kernels.quantized_pages import RowLayout
 
 BANKS = 32  # 4-byte shared-memory banks; a wavefront serves each bank one word
-TOKENS = 16  # rows of a slot (one sub-page)
 
 
 def read_width(slice_bytes: int, layout: RowLayout) -> int:
