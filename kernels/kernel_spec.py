@@ -240,6 +240,14 @@ class KernelSpec:
         return row_layout(self.head_dim, self.itemsize, self.k_bits, self.v_bits, self.group_size)
 
     @property
+    def ring_subpages(self) -> int:
+        """16-token sub-pages a quantized ring step takes: 2 where both sides dequantize two
+        values at a time (4 bits, or 8 bits in fp16: the swapped math), else 1."""
+        bits = (self.k_bits, self.v_bits)
+        pairs = all(b == 4 or (b == 8 and self.dtype == "float16") for b in bits)
+        return 2 if pairs else 1
+
+    @property
     def ring_row_stride(self) -> int:
         """Bytes between the rows of a quantized ring slot (`quantized_ring_rows.py`)."""
         return slot_row_stride(self.row_layout, self.head_dim, self.k_bits, self.v_bits)

@@ -43,7 +43,7 @@ def ring_slot_bytes(spec: KernelSpec, rows: int = 16) -> int:
     padded to the slot's row stride (`_mma_quant_ring.jinja`)."""
     if not spec.quantized:
         return 2 * rows * spec.head_dim * spec.itemsize
-    return rows * spec.ring_row_stride
+    return spec.ring_subpages * rows * spec.ring_row_stride
 
 
 def _threadgroup_bytes(nsg: int, spec: KernelSpec) -> int:

@@ -357,7 +357,8 @@ def test_quantized_ring_slot_holds_whole_page_rows_at_a_padded_stride():
                       v_bits=4, group_size=32)  # fmt: skip
     defn = define(spec)
     assert spec.row_layout.row_bytes == 160 and spec.ring_row_stride == 176
-    assert ring_slot_bytes(spec) == 16 * 176
+    assert spec.ring_subpages == 2  # the swapped math takes two sub-pages a step
+    assert ring_slot_bytes(spec) == 2 * 16 * 176
     assert defn.ring_bytes == 4 * 3 * ring_slot_bytes(spec)  # 4 simdgroups, 3 slots each
     assert (
         "constexpr int CW = 16;" in defn.source and "constexpr int NCH = 160 / CW;" in defn.source
