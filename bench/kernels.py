@@ -26,7 +26,7 @@ from .kernel_peers import time_peers
 from .kernel_plot import plot, print_row
 from .output import write_result
 from .paged_read import paged_read
-from .problems import make_problem
+from .problems import head_major_view, make_problem
 from .timing import (
     copy_bandwidth,
     cuda_torch,
@@ -97,6 +97,8 @@ def _problem(batch: int, context: int, args) -> Problem:
     read = (k_pages, v_pages)
     if bits < 16:
         kv = QuantizedKVPages.from_values(k_pages, v_pages, bits, bits, group)
+        if getattr(args, "head_major_pages", False):
+            kv = kv._replace(rows=head_major_view(kv.rows))
         read = (kv.k, kv.v)
     per_token = layer_bytes_per_token(args.num_kv_heads, args.head_dim, dtype, bits, bits, group)
     read_bytes = batch * context * per_token

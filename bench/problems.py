@@ -53,6 +53,13 @@ def make_problem(
     return queries, k_pages, v_pages, tables, lens
 
 
+def head_major_view(pages: mx.array) -> mx.array:
+    """`pages` (`[blocks, block, Hkv, ...]`) stored KV-head-major (`[blocks, Hkv, block, ...]`,
+    one head's page contiguous) and handed out as their token-major view: the same values
+    through other strides."""
+    return mx.contiguous(pages.swapaxes(1, 2)).swapaxes(1, 2)
+
+
 def standard_problem(batch: int, context: int, pool_bytes: int = 4 << 30):
     """`make_problem` at the kernel benchmark's shape: 32 query / 8 KV heads, head_dim 128,
     bf16, blocks of 16 (the diagnostics use it)."""

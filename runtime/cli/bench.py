@@ -152,8 +152,8 @@ def _add_kernels_methods(p: argparse.ArgumentParser) -> None:
         "--head-major-pages",
         action="store_true",
         help="store each page KV-head-major ([Hkv, block, D], one head's page "
-        "contiguous) and pass the kernels its [block, Hkv, D] view: a layout "
-        "experiment",
+        "contiguous; with --kv-bits, the quantized rows) and pass the kernels its "
+        "[block, Hkv, D] view: a layout experiment",
     )
     p.add_argument(
         "--chained",

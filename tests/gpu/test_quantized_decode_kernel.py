@@ -7,6 +7,7 @@ import mlx.core as mx
 import pytest
 from paged_cases import TOLERANCE, make_case, max_error, reference
 
+from mlx_paged.bench.problems import head_major_view
 from mlx_paged.kernels.catalog import quantized_specs
 from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
 from mlx_paged.kernels.quantized_pages import QuantizedKVPages
@@ -53,3 +54,22 @@ def test_routed_kernels_on_llama_shapes(bits):
     """What the engine runs for a llama (bf16, head dim 128, GQA 4, blocks of 16)."""
     _check(mx.bfloat16, 128, 16, 4, None, bits)
     _check(mx.bfloat16, 64, 16, 4, None, bits)
+
+
+@pytest.mark.parametrize("kernel", [None, "decode_tc", "decode_tc_splitk_direct", "decode_simt"])
+def test_head_major_quantized_rows_are_read_through_their_strides(kernel):
+    """Rows stored `[Hkv, block, row]` and passed as their `[block, Hkv, row]` view (the kernel
+    benchmark's `--head-major-pages` with `--kv-bits`) give the same attention: the ring and
+    the register path read rows through the strides they are given."""
+    if current_backend() is None:
+        pytest.skip("needs MLX's Metal or CUDA backend")
+    queries, k_pages, v_pages, tables, seq_lens = make_case(
+        11, [1, 53, 1301, 4097], num_kv_heads=8, gqa=4, head_dim=128, block_size=16,
+        dtype=mx.bfloat16,
+    )  # fmt: skip
+    kv = QuantizedKVPages.from_values(k_pages, v_pages, 4, 4, 32)
+    view = kv._replace(rows=head_major_view(kv.rows))
+    ref = reference(queries, kv.k.dequantize(), kv.v.dequantize(), tables, seq_lens, 0.088, None)
+    out = paged_attention_decode(queries, view.k, view.v, tables, seq_lens, scale=0.088,
+                                 kernel=kernel)  # fmt: skip
+    assert max_error(out, ref) <= TOLERANCE[mx.bfloat16]

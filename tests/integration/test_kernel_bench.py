@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from mlx_paged.bench import kernels
+from mlx_paged.kernels.paged_attention_reference import paged_attention_reference
+from mlx_paged.kernels.quantized_pages import QuantizedKVPages
 
 
 def _args(**changes) -> argparse.Namespace:
@@ -142,3 +144,20 @@ def test_quantized_sweep_reads_quantized_pages_and_counts_their_bytes(capsys):
     assert row["tb_s"]["mlx_sdpa"] == pytest.approx(row["kv_bytes"] / us["mlx_sdpa"] / 1e6)
     # Quantized attention differs from the 16-bit peer by the quantization error only.
     assert 1e-5 < row["max_abs_diff_vs_paged"]["mlx_sdpa"] < 0.2
+
+
+def test_head_major_pages_hold_quantized_rows_through_the_view():
+    """With `--kv-bits`, `--head-major-pages` stores the quantized rows head-major as well: the
+    view holds the rows packed from the same pages token-major, and the reference reads the
+    same attention through it."""
+    problem = kernels._problem(2, 64, _args(kv_bits=4, kv_group_size=32, head_major_pages=True))
+    k_side, v_side = problem.read
+    token_major = QuantizedKVPages.from_values(problem.k_pages, problem.v_pages, 4, 4, 32)
+    assert k_side.kv.rows.shape == token_major.rows.shape
+    assert np.array_equal(np.array(k_side.kv.rows), np.array(token_major.rows))
+    positions = (problem.lens - 1)[:, None]
+    args = (problem.tables, problem.lens, positions)
+    out = paged_attention_reference(problem.q, k_side, v_side, *args, scale=problem.scale)
+    ref = paged_attention_reference(problem.q, token_major.k, token_major.v, *args,
+                                    scale=problem.scale)  # fmt: skip
+    assert mx.array_equal(out, ref)
