@@ -18,6 +18,12 @@ FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 SECRET = "s3cret-key-do-not-log"
 
 
+def start_small(tmp_path, *args: str, **kwargs):
+    """`start_server` on a 512 MB pool: these tests need little KV, and zeroing the default
+    pool (10% of memory) costs seconds a start on a CPU."""
+    return start_server(tmp_path, "--kv-budget", "512MB", *args, **kwargs)
+
+
 def request(url, method, path, body=None, headers=None):
     host, port = url[len("http://") :].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=120)
@@ -53,7 +59,7 @@ def open_long_stream(url):
 def test_api_key_is_enforced_and_never_logged(tmp_path):
     from openai import AuthenticationError, OpenAI
 
-    srv = start_server(tmp_path, "--api-key", SECRET, "--max-tokens", "12")
+    srv = start_small(tmp_path, "--api-key", SECRET, "--max-tokens", "12")
     try:
         body = {"model": MODEL, "messages": FRANCE}
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": SECRET}):
@@ -75,7 +81,7 @@ def test_api_key_is_enforced_and_never_logged(tmp_path):
 
 def test_sigterm_finishes_in_flight_requests_and_exits_zero(tmp_path):
     # A grace well beyond the request's time (seconds on a loaded 2-core CPU).
-    srv = start_server(tmp_path, "--shutdown-grace", "60")
+    srv = start_small(tmp_path, "--shutdown-grace", "60")
     result = {}
 
     def slow_request():
@@ -95,7 +101,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_zero(tmp_path):
 
 
 def test_sigint_with_a_stuck_stream_cancels_it_after_the_grace_period(tmp_path):
-    srv = start_server(tmp_path, "--shutdown-grace", "1")
+    srv = start_small(tmp_path, "--shutdown-grace", "1")
     resp = open_long_stream(srv.url)
     data_lines = 0
     while data_lines < 3:  # the stream is under way
@@ -113,7 +119,7 @@ def test_api_key_from_the_environment_or_a_file_stays_out_of_the_command_line(tm
     key_file = tmp_path / "key"
     key_file.write_text(SECRET + "\n")
     for args, env in (((), {"MLX_PAGED_API_KEY": SECRET}), (("--api-key-file", str(key_file)), {})):
-        srv = start_server(tmp_path, "--max-tokens", "2", *args, env=env)
+        srv = start_small(tmp_path, "--max-tokens", "2", *args, env=env)
         try:
             body = {"model": MODEL, "messages": FRANCE}
             assert request(srv.url, "POST", "/v1/chat/completions", body)[0] == 401
@@ -145,7 +151,7 @@ def test_sigterm_during_a_long_step_ends_every_stream_and_exits_in_time(tmp_path
     """A prompt prefilled in one step keeps the engine busy for tens of seconds on a CPU; the
     process still exits within the grace period plus a few seconds, the open stream ends with an
     error event and [DONE], and the prefilling and queued requests get 503."""
-    srv = start_server(
+    srv = start_small(
         tmp_path,
         "--shutdown-grace",
         "1",
