@@ -239,13 +239,23 @@ class KernelSpec:
         """Where a quantized pages row keeps each part (`quantized_pages.row_layout`)."""
         return row_layout(self.head_dim, self.itemsize, self.k_bits, self.v_bits, self.group_size)
 
+    def pair_half(self, side: str) -> int:
+        """H of a side ("k" or "v") that dequantizes two values a step (4 bits, or 8 bits in
+        fp16): a packed word's q_k and q_(k+H), H = 16 / bits; 0 for a side at 16 bits or one
+        dequantized through fp32 (8 bits in bf16, whose mantissa cannot hold 2^7 + q)."""
+        bits = self.k_bits if side == "k" else self.v_bits
+        return 16 // bits if bits == 4 or (bits == 8 and self.dtype == "float16") else 0
+
+    @property
+    def swapped_math(self) -> bool:
+        """Whether the tensor-core math runs with K and V as the mma's A operand
+        (`_mma_swapped.jinja`): on quantized pages whose sides both dequantize in pairs."""
+        return self.quantized and bool(self.pair_half("k") and self.pair_half("v"))
+
     @property
     def ring_subpages(self) -> int:
-        """16-token sub-pages a quantized ring step takes: 2 where both sides dequantize two
-        values at a time (4 bits, or 8 bits in fp16: the swapped math), else 1."""
-        bits = (self.k_bits, self.v_bits)
-        pairs = all(b == 4 or (b == 8 and self.dtype == "float16") for b in bits)
-        return 2 if pairs else 1
+        """16-token sub-pages a quantized ring step takes: 2 under the swapped math, else 1."""
+        return 2 if self.swapped_math else 1
 
     @property
     def ring_row_stride(self) -> int:
