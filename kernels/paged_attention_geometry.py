@@ -8,7 +8,12 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlx_paged.codegen.build import KernelDefinition, check_definition, compile_kernel
+from mlx_paged.codegen.build import (
+    MAX_CUDA_SHARED,
+    KernelDefinition,
+    check_definition,
+    compile_kernel,
+)
 from mlx_paged.codegen.environment import render, render_macro
 from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
 
@@ -30,20 +35,22 @@ class Geometry:
     tensor_cores: bool = False  # mma.sync scores and P.V (CUDA, bf16/fp16)
     mma_k_width: int = 0  # bytes per load of a lane's K slice / V slice on that path
     mma_v_width: int = 0
+    ring_subpages: int = 1  # 16-token sub-pages a quantized ring step (and slot) takes
 
     def ring_bytes(self, spec: KernelSpec) -> int:
         """Shared memory of the K/V rings of all simdgroups (0 without a ring)."""
         if self.stages < 2:
             return 0
-        return self.nsg * self.stages * ring_slot_bytes(spec, self.stage_rows)
+        return self.nsg * self.stages * ring_slot_bytes(spec, self.stage_rows, self.ring_subpages)
 
 
-def ring_slot_bytes(spec: KernelSpec, rows: int = 16) -> int:
-    """One ring slot: `rows` rows of K and of V; on quantized pages, `rows` page rows, each
-    padded to the slot's row stride (`_mma_quant_ring.jinja`)."""
+def ring_slot_bytes(spec: KernelSpec, rows: int = 16, subpages: int | None = None) -> int:
+    """One ring slot: `rows` rows of K and of V; on quantized pages, `rows` page rows of each
+    of `subpages` sub-pages (default `spec.ring_subpages`), each padded to the slot's row
+    stride (`_mma_quant_ring.jinja`)."""
     if not spec.quantized:
         return 2 * rows * spec.head_dim * spec.itemsize
-    return spec.ring_subpages * rows * spec.ring_row_stride
+    return (subpages or spec.ring_subpages) * rows * spec.ring_row_stride
 
 
 def _threadgroup_bytes(nsg: int, spec: KernelSpec) -> int:
@@ -105,7 +112,17 @@ def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
         tensor_cores=True,
         mma_k_width=width(spec.head_dim // 2),
         mma_v_width=width(spec.head_dim // 4),
+        ring_subpages=_ring_subpages(spec, nsg, stages),
     )
+
+
+def _ring_subpages(spec: KernelSpec, nsg: int, stages: int) -> int:
+    """`spec.ring_subpages` where the rings of that many sub-pages a slot fit in shared memory
+    beside the merge buffer (not so for 8 simdgroups on 288-byte rows), else 1."""
+    if not spec.quantized or stages < 2 or spec.ring_subpages == 1:
+        return 1
+    rings = nsg * stages * ring_slot_bytes(spec)
+    return spec.ring_subpages if rings + _threadgroup_bytes(nsg, spec) <= MAX_CUDA_SHARED else 1
 
 
 @functools.cache

@@ -349,6 +349,21 @@ def test_tensor_core_registers_take_packed_slices_a_group_each():
     assert "uint4" not in narrow.source.split("kq[u][n]")[1][:200]
 
 
+def test_quantized_ring_takes_one_sub_page_a_step_where_two_do_not_fit():
+    """fp16 8-bit rows of head dim 128 (288 bytes) under the swapped math: the wide kernel's
+    8 simdgroups cannot hold 3 slots of two sub-pages each (about 233 KB), so its ring takes
+    one sub-page a step and renders; `decode_tc`'s 4 simdgroups keep two."""
+    wide = KernelSpec("decode_tc_wide", "cuda", "float16", 128, 16, 4, 0, k_bits=8, v_bits=8,
+                      group_size=32)  # fmt: skip
+    assert wide.ring_subpages == 2 and geometry(wide).ring_subpages == 1
+    defn = define(wide)
+    assert "constexpr int QSUB = 1;" in defn.source
+    assert defn.ring_bytes == 8 * 3 * ring_slot_bytes(wide, 16, 1)
+    narrow = dataclasses.replace(wide, kernel="decode_tc")
+    assert geometry(narrow).ring_subpages == 2
+    assert "constexpr int QSUB = 2;" in define(narrow).source
+
+
 def test_quantized_ring_slot_holds_whole_page_rows_at_a_padded_stride():
     """A slot of the quantized ring: 16 whole page rows of this KV head (160 bytes at head dim
     128, 4 bits, groups of 32), copied by cp.async in 16-byte pieces to rows 176 bytes apart,
