@@ -86,18 +86,19 @@ class Problem:
 
 def _problem(batch: int, context: int, args) -> Problem:
     dtype = _DTYPES[args.dtype]
+    head_major = getattr(args, "head_major_pages", False)
     q, k_pages, v_pages, tables, lens = make_problem(
         batch, context, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
         head_dim=args.head_dim, block_size=args.block_size, dtype=dtype,
         pool_bytes=int(args.pool_gb * 2**30), sequential_blocks=args.sequential_blocks,
-        head_major_pages=getattr(args, "head_major_pages", False),
+        head_major_pages=head_major,
     )  # fmt: skip
     kv_bytes = 2 * batch * context * args.num_kv_heads * args.head_dim * dtype.size
     bits, group = getattr(args, "kv_bits", 16), getattr(args, "kv_group_size", 32)
     read = (k_pages, v_pages)
     if bits < 16:
         kv = QuantizedKVPages.from_values(k_pages, v_pages, bits, bits, group)
-        if getattr(args, "head_major_pages", False):
+        if head_major:
             kv = kv._replace(rows=head_major_view(kv.rows))
         read = (kv.k, kv.v)
     per_token = layer_bytes_per_token(args.num_kv_heads, args.head_dim, dtype, bits, bits, group)
