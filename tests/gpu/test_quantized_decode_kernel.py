@@ -73,3 +73,12 @@ def test_head_major_quantized_rows_are_read_through_their_strides(kernel):
     out = paged_attention_decode(queries, view.k, view.v, tables, seq_lens, scale=0.088,
                                  kernel=kernel)  # fmt: skip
     assert max_error(out, ref) <= TOLERANCE[mx.bfloat16]
+
+
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_wide_ring_on_fp16_eight_bit_rows_takes_one_sub_page_a_step(block_size):
+    """fp16 8-bit rows at head dim 128 and groups of 32: two sub-pages' rings would not fit in
+    shared memory, so the wide kernel renders with one sub-page a step and still matches."""
+    if current_backend() != "cuda":
+        pytest.skip("the wide tensor-core kernel is CUDA only")
+    _check(mx.float16, 128, block_size, 4, None, (8, 8, 32), "decode_tc_wide")
