@@ -41,12 +41,10 @@ def make_problem(
     tables = input_array(ids.reshape(batch, per_row))
     mx.random.seed(seed)
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    if head_major_pages:
-        shape = (num_blocks, num_kv_heads, block_size, head_dim)
     k_pages = mx.random.normal(shape).astype(dtype)
     v_pages = mx.random.normal(shape).astype(dtype)
     if head_major_pages:
-        k_pages, v_pages = k_pages.swapaxes(1, 2), v_pages.swapaxes(1, 2)
+        k_pages, v_pages = head_major_view(k_pages), head_major_view(v_pages)
     queries = mx.random.normal((batch, num_heads, 1, head_dim)).astype(dtype)
     lens = input_array([context] * batch)
     mx.eval(k_pages, v_pages, queries, tables, lens)
