@@ -20,7 +20,7 @@ endif
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: serve test lint install bench bench-docs clean
+.PHONY: serve test lint install bench bench-docs api-docs clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,9 @@ test: lint
 
 bench-docs: $(VENV)/.installed
 	$(BIN)/python -m mlx_paged.bench.report
+
+api-docs: $(VENV)/.installed
+	$(BIN)/python -m mlx_paged.server.api_doc
 
 bench: $(VENV)/.installed
 	$(BIN)/mlx-paged bench throughput $(ARGS)

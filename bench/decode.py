@@ -22,6 +22,8 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from mlx_paged.progress import Progress, progress
+
 from .output import device_name, write_result
 from .throughput import run_batch_generator
 
@@ -40,10 +42,12 @@ def _interleaved(runs: dict, batch: int, new: int, repeats: int) -> dict:
     warmed up already). Rounds time every method once, in order; returns per method its
     median tok/s, its samples and `paired_ratio` (see the module docstring)."""
     samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            full, first = run(new), run(1)
-            samples[name].append(batch * (new - 1) / (full - first))
+    with Progress("timed decode runs", repeats * len(runs), "run") as bar:
+        for _ in range(repeats):
+            for name, run in runs.items():
+                full, first = run(new), run(1)
+                samples[name].append(batch * (new - 1) / (full - first))
+                bar.update()
     base = samples[next(iter(runs))]
     return {
         name: {
@@ -133,7 +137,8 @@ def _engines(model: str, prompts: list, args) -> tuple[dict, object]:
     common = dict(max_num_seqs=args.batch, max_num_prefill_seqs=args.prefill_batch,
                   prefill_step_size=args.prompt, enable_prefix_caching=False)  # fmt: skip
     llms = {}
-    for name in (m for m in args.methods if m in ENGINE_METHODS):
+    names = [m for m in args.methods if m in ENGINE_METHODS]
+    for name in progress(names, "loading and warming up the engines", unit="engine"):
         llms[name] = LLM(model, **common, **ENGINE_METHODS[name])
         _timed_engine(llms[name], prompts, args.new)  # warm-up, left out of the host/wait split
     if "contiguous" in llms:

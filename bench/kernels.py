@@ -21,6 +21,7 @@ from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
 from mlx_paged.kernels.paged_attention import current_backend, paged_attention_decode
 from mlx_paged.kernels.paged_attention_reference import paged_attention_reference
 from mlx_paged.kernels.quantized_pages import QuantizedKVPages, layer_bytes_per_token
+from mlx_paged.progress import progress
 
 from .kernel_peers import time_peers
 from .kernel_plot import plot, print_row
@@ -220,14 +221,17 @@ def main(args) -> int:
     print("device copy bandwidth (TB/s): " + ", ".join(f"{k} {v:.2f}" for k, v in copy.items()))
     floor = launch_floor()
     print("per-call floor (us): " + ", ".join(f"{k} {v:.1f}" for k, v in floor.items()))
+    shapes = [
+        (batch, context)
+        for batch in args.batch
+        for context in args.context
+        if 2 * batch * context * args.num_kv_heads * args.head_dim * _DTYPES[args.dtype].size
+        <= args.max_kv_gb * 2**30
+    ]
     rows = []
-    for batch in args.batch:
-        for context in args.context:
-            kv = 2 * batch * context * args.num_kv_heads * args.head_dim
-            if kv * _DTYPES[args.dtype].size > args.max_kv_gb * 2**30:
-                continue
-            rows.append(bench_shape(batch, context, args, torch_ok))
-            print_row(rows[-1], copy["copy_tb_s"])
+    for batch, context in progress(shapes, "timing kernel shapes", unit="shape"):
+        rows.append(bench_shape(batch, context, args, torch_ok))
+        print_row(rows[-1], copy["copy_tb_s"])
     out_dir = Path(args.out)
     result = _result(args, rows, copy, floor, torch_ok)
     write_result(result, out_dir / "kernels.json")

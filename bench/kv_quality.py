@@ -15,6 +15,8 @@ import math
 
 import mlx.core as mx
 
+from mlx_paged.progress import progress
+
 from .output import device_name, write_result
 
 SETTINGS = {"16-bit": (16, 16), "8-bit": (8, 8), "4-bit": (4, 4), "K8 / V4": (8, 4)}
@@ -68,7 +70,8 @@ def teacher_forced(model, layout, tokens: list[int], chunk: int, group_size: int
     pools = _pools(layout, SETTINGS, group_size, len(tokens))
     sums = {name: {"nll": 0.0, "kl": 0.0, "agree": 0} for name in SETTINGS}
     scored = 0
-    for start in range(0, len(tokens) - 1, chunk):
+    starts = range(0, len(tokens) - 1, chunk)
+    for start in progress(starts, f"scoring {len(tokens) - 1} tokens", unit="chunk"):
         n = min(chunk, len(tokens) - 1 - start)
         targets = mx.array(tokens[start + 1 : start + n + 1])
         reference = None
@@ -83,7 +86,6 @@ def teacher_forced(model, layout, tokens: list[int], chunk: int, group_size: int
             s["kl"] += kl.item()
             s["agree"] += agree.item()
         scored += n
-        print(f"  {scored}/{len(tokens) - 1} tokens scored", flush=True)
     return {
         name: {"perplexity": math.exp(s["nll"] / scored), "mean_kl": s["kl"] / scored,
                "top1_agreement": s["agree"] / scored}
@@ -97,7 +99,7 @@ def greedy_agreement(model_path: str | None, prompt: list[int], new: int, group_
 
     params = SamplingParams(max_tokens=new, ignore_eos=True)
     out, reference = {}, None
-    for name, (k, v) in SETTINGS.items():
+    for name, (k, v) in progress(SETTINGS.items(), "greedy runs", unit="setting"):
         llm = LLM(model_path, kv_bits_k=k, kv_bits_v=v, kv_group_size=group_size,
                   enable_prefix_caching=False, max_num_seqs=1)  # fmt: skip
         tokens = llm.generate([prompt], params)[0].token_ids

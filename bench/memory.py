@@ -27,6 +27,8 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from mlx_paged.progress import Progress
+
 CONFIG = {
     "model_type": "llama",
     "hidden_size": 128,
@@ -145,8 +147,7 @@ def run_paged(model_dir, jobs, budget, block_size, kv_bits: int = 16) -> Trace:
         engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True))
     engine.drain_inbox()
     pool = engine.kv.block_pool
-    while engine.scheduler.has_unfinished_requests():
-        engine.step()
+    for _ in _steps(engine, jobs, f"paged path, {kv_bits}-bit pages"):
         live = engine.scheduler.running + engine.scheduler.prefilling
         used = sum(r.num_computed_tokens for r in live) * bytes_per_token
         trace.add(
@@ -166,8 +167,7 @@ def run_contiguous(model_dir, jobs, cap, bytes_per_token) -> Trace:
     for prompt, n in jobs:
         engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True))
     engine.drain_inbox()
-    while engine.scheduler.has_unfinished_requests():
-        engine.step()
+    for _ in _steps(engine, jobs, "contiguous path"):
         live = engine.scheduler.running + engine.scheduler.prefilling
         used = sum(r.num_computed_tokens + len(r.output_token_ids) for r in live)
         trace.add(
@@ -190,15 +190,29 @@ def run_batch_generator(model_dir, jobs, cap, bytes_per_token) -> Trace:
     )
     gen.insert([p for p, _ in jobs], max_tokens=[n for _, n in jobs])
     trace = Trace()
+    bar = Progress("mlx-lm BatchGenerator", sum(n for _, n in jobs), "tok")
     while True:
         prompt_responses, responses = gen.next()
         if not prompt_responses and not responses:
             break
+        bar.update(len(responses))
         batches = (gen._generation_batch, gen._prompt_batch)
         used = sum(len(t) for b in batches for t in b.tokens)
         trace.add(len(gen._generation_batch), gen.prompt_cache_nbytes, used * bytes_per_token)
     gen.close()
+    bar.close()
     return trace
+
+
+def _steps(engine, jobs, desc: str):
+    """Step `engine` until its requests are done, yielding after each step, with progress in
+    generated tokens."""
+    with Progress(desc, sum(n for _, n in jobs), "tok") as bar:
+        while engine.scheduler.has_unfinished_requests():
+            before = engine.metrics.generation_tokens_total
+            engine.step()
+            bar.update(engine.metrics.generation_tokens_total - before)
+            yield
 
 
 def main(args) -> int:

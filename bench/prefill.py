@@ -18,6 +18,8 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from mlx_paged.progress import progress
+
 from .output import device_name, write_result
 
 
@@ -49,8 +51,11 @@ def _batch_generator_run(model, prompts, prefill_batch: int) -> float:
 
 
 def _tok_s(run, tokens: int, repeats: int) -> dict:
-    run()  # warm-up
-    samples = [tokens / run() for _ in range(repeats)]
+    samples = []
+    for i in progress(range(1 + repeats), "    warm-up, then timed runs", unit="run"):
+        seconds = run()
+        if i:  # the first is the warm-up
+            samples.append(tokens / seconds)
     print(f"    {statistics.median(samples):10.0f} prefill tok/s  (runs: "
           f"{', '.join(f'{s:.0f}' for s in samples)})", flush=True)  # fmt: skip
     return {"prefill_tok_s": statistics.median(samples), "runs": samples}

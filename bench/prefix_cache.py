@@ -7,6 +7,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from mlx_paged.progress import progress
+
 from .output import write_result
 
 SYSTEM = (
@@ -46,7 +48,7 @@ def main(args) -> int:
 
     ttft(llm.engine, prompt("warm-up"))
     cold, warm, hits = [], [], []
-    for q in questions:
+    for q in progress(questions, "cold and warm time to first token", unit="pair"):
         llm.engine.kv.block_pool.reset_prefix_cache()
         cold.append(ttft(llm.engine, prompt(q)))
         before = llm.engine.metrics.prefix_cache_hit_tokens_total

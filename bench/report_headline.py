@@ -73,3 +73,18 @@ def headline(
     ]
     lines = ["| | mlx-paged | peer | ratio |", "| --- | --- | --- | --- |"]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def figures(
+    chained: dict, decode: dict, memory: dict, prefix: dict, throughput: dict, serve: dict
+) -> dict[str, str]:
+    """Figures the README's prose quotes, by name (`<!-- fig:NAME -->`), from the same runs as
+    the table."""
+    dense = memory["results"]["paged"]["sequences_at_budget"]
+    padded = memory["results"]["mlx_lm_batch_generator"]["sequences_at_budget"]
+    ratios = [r["ratio"] for r in serve_rows(serve)]
+    return {
+        "density": f"{dense / padded:.1f}x",
+        "serve_ratio": f"{min(ratios):.1f}-{max(ratios):.1f}x",
+        "decode_ratio": f"{decode['methods']['paged_kernel']['vs_batch_generator']:.1f}x",
+    }

@@ -20,6 +20,8 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from mlx_paged.progress import progress
+
 from .output import device_name, write_result
 from .serve_interference import measure
 from .serve_load import request_body, run_concurrency, run_rate, summarize
@@ -119,7 +121,8 @@ def _measure_server(name: str, command, workload: dict, args, tmp: str):
     log = logs / f"{name.replace('/', '_')}.log"
     out = {}
     with running_server(command, port, log, timeout=args.start_timeout) as url:
-        for level, bodies in workload["levels"].items():
+        levels = workload["levels"].items()
+        for level, bodies in progress(levels, f"{name}: load levels", unit="level"):
             warm_up = workload["warm_up"][level]
             run_concurrency(url, warm_up, max(_in_flight(level), 1), args.timeout)
             kind, value = level.split()
@@ -150,7 +153,7 @@ def _offline(model: str, workload: dict, args) -> dict:
     from mlx_paged import LLM, SamplingParams
 
     out = {}
-    for c in args.concurrency:
+    for c in progress(args.concurrency, "offline throughput", unit="level"):
         llm = LLM(model, **_engine_kwargs(args.ours_args, c))
         bodies = workload["levels"][f"concurrency {c}"]
         params = SamplingParams(max_tokens=args.max_tokens)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from mlx_paged.progress import Progress
+
 QUESTIONS = [
     "What is the capital of France?",
     "Name three primary colors.",
@@ -84,11 +86,14 @@ def main(args) -> int:
     paged = LLM(args.model, enable_prefix_caching=False)
     contiguous = LLM(args.model, kv_paged=False)
     rows = []
+    # Per concurrency: a warm-up of each path, then `repeats` timed runs of each.
+    bar = Progress("throughput runs", len(args.concurrency) * 3 * (1 + args.repeats), "run")
     for c in args.concurrency:
         prompts = _prompts(paged.tokenizer, c)
         run_engine(paged, prompts, 4)
         run_engine(contiguous, prompts, 4)
         run_batch_generator(contiguous.model, prompts, 4, c)
+        bar.update(3)
         runs: dict[str, list[float]] = {"paged": [], "contiguous": [], "batch_generator": []}
         for _ in range(args.repeats):
             for name, (fn, *fn_args) in (
@@ -101,6 +106,7 @@ def main(args) -> int:
             ):
                 elapsed, n = fn(*fn_args)
                 runs[name].append(n / elapsed)
+                bar.update()
         row = {"concurrency": c, "max_tokens": args.max_tokens, "runs": runs}
         row.update({f"{name}_tok_s": statistics.median(v) for name, v in runs.items()})
         row["paged_vs_batch_generator"] = row["paged_tok_s"] / row["batch_generator_tok_s"]
@@ -114,6 +120,7 @@ def main(args) -> int:
             f" tok/s   paged/BG {row['paged_vs_batch_generator']:.2f}",
             flush=True,
         )
+    bar.close()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(

@@ -2,7 +2,21 @@
 
 __version__ = "0.1.0"
 
-from mlx_paged.engine.llm import LLM, CompletionResult  # noqa: E402
+from mlx_paged.engine.async_llm import AsyncLLM  # noqa: E402
+from mlx_paged.engine.completion import (  # noqa: E402
+    CompletionDelta,
+    CompletionResult,
+    GenerationError,
+)
+from mlx_paged.engine.llm import LLM  # noqa: E402
 from mlx_paged.sampling.sampling_params import SamplingParams  # noqa: E402
 
-__all__ = ["LLM", "CompletionResult", "SamplingParams", "__version__"]
+__all__ = [
+    "LLM",
+    "AsyncLLM",
+    "CompletionDelta",
+    "CompletionResult",
+    "GenerationError",
+    "SamplingParams",
+    "__version__",
+]

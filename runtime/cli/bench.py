@@ -40,9 +40,11 @@ def _add_random_llama_model(p: argparse.ArgumentParser) -> None:
 def _add_throughput(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("throughput", help="engine tokens/s vs mlx-lm's BatchGenerator")
     p.add_argument("--model", default=None, help="model (default: embedded SmolLM2)")
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--concurrency", type=int, nargs="+", default=[1, 8], help="prompts run at once, per row"
+    )
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens generated per prompt")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per path (median kept)")
     p.add_argument("--out", default="bench/out/throughput.json", help="JSON results file")
     p.set_defaults(run=_bench("throughput"))
 
@@ -56,9 +58,9 @@ def _add_memory(sub: argparse._SubParsersAction) -> None:
         help="KV budget, in tokens of the benchmark model (default 8192)",
     )
     # enough requests that every page width keeps some waiting, so the budget binds
-    p.add_argument("--requests", type=int, default=192)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--requests", type=int, default=192, help="requests in the workload")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random workload")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV page")
     p.add_argument(
         "--cap",
         type=int,
@@ -80,9 +82,11 @@ def _add_memory(sub: argparse._SubParsersAction) -> None:
 def _add_prefix_cache(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prefix-cache", help="TTFT with a repeated system prompt, cold vs warm")
     p.add_argument("--model", default=None, help="model (default: embedded SmolLM2)")
-    p.add_argument("--system-tokens", type=int, default=300)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument(
+        "--system-tokens", type=int, default=300, help="tokens of the shared system prompt"
+    )
+    p.add_argument("--repeats", type=int, default=5, help="cold/warm pairs timed (median kept)")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV page")
     p.add_argument("--out", default="bench/out/prefix-cache.json", help="JSON results file")
     p.set_defaults(run=_bench("prefix_cache"))
 
@@ -93,13 +97,26 @@ def _add_kernels(sub: argparse._SubParsersAction) -> None:
         "kernels",
         help="paged decode kernel vs MLX SDPA, gather+SDPA, torch SDPA and copy bandwidth (GPU)",
     )
-    p.add_argument("--batch", type=int, nargs="+", default=[1, 8, 32, 64, 128])
-    p.add_argument("--context", type=int, nargs="+", default=[512, 2048, 8192, 32768])
-    p.add_argument("--num-heads", type=int, default=32)
-    p.add_argument("--num-kv-heads", type=int, default=8)
-    p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    p.add_argument(
+        "--batch", type=int, nargs="+", default=[1, 8, 32, 64, 128], help="sequences per call"
+    )
+    p.add_argument(
+        "--context",
+        type=int,
+        nargs="+",
+        default=[512, 2048, 8192, 32768],
+        help="tokens of K/V each sequence attends to",
+    )
+    p.add_argument("--num-heads", type=int, default=32, help="query heads")
+    p.add_argument("--num-kv-heads", type=int, default=8, help="K/V heads")
+    p.add_argument("--head-dim", type=int, default=128, help="dimension of a head")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV page")
+    p.add_argument(
+        "--dtype",
+        choices=["bfloat16", "float16", "float32"],
+        default="bfloat16",
+        help="dtype of queries and 16-bit pages",
+    )
     p.add_argument(
         "--kv-bits",
         type=int,
@@ -108,7 +125,13 @@ def _add_kernels(sub: argparse._SubParsersAction) -> None:
         help="bits per K/V value of the pages; below 16 the paged columns read quantized "
         "pages and paged_16bit times the same values at 16 bits (default 16)",
     )
-    p.add_argument("--kv-group-size", type=int, choices=list(KV_GROUP_SIZES), default=32)
+    p.add_argument(
+        "--kv-group-size",
+        type=int,
+        choices=list(KV_GROUP_SIZES),
+        default=32,
+        help="values per scale and bias of quantized pages",
+    )
     p.add_argument(
         "--pool-gb",
         type=float,
@@ -184,11 +207,11 @@ def _add_decode(sub: argparse._SubParsersAction) -> None:
         "paged + reference, contiguous, BatchGenerator",
     )
     _add_random_llama_model(p)
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch", type=int, default=64, help="sequences decoding together")
     p.add_argument("--prompt", type=int, default=2048, help="prompt tokens per sequence")
     p.add_argument("--new", type=int, default=128, help="new tokens per sequence")
     p.add_argument("--prefill-batch", type=int, default=8, help="sequences prefilling at once")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds (median kept)")
     p.add_argument(
         "--methods",
         nargs="+",
@@ -214,7 +237,13 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--prompt-tokens", type=int, default=512, help="tokens per prompt (about)")
     p.add_argument("--max-tokens", type=int, default=128, help="most output tokens per request")
-    p.add_argument("--concurrency", type=int, nargs="*", default=[1, 16, 64])
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        nargs="*",
+        default=[1, 16, 64],
+        help="closed-loop levels: requests in flight",
+    )
     p.add_argument(
         "--rate", type=float, nargs="*", default=[], help="Poisson request rates (req/s)"
     )
@@ -253,7 +282,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout", type=float, default=600, help="seconds per request")
     p.add_argument("--start-timeout", type=float, default=600, help="seconds to start a server")
     p.add_argument("--logs", default=None, help="folder for the servers' logs (default: temp)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of prompts and arrival times")
     p.add_argument("--out", default="bench/out/serve.json", help="JSON results file (+ .png)")
     p.set_defaults(run=_bench("serve"))
 
@@ -268,7 +297,7 @@ def _add_prefill(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--prefill-batch", type=int, nargs="+", default=[8], help="prompts prefilling at once"
     )
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="timed runs (median kept)")
     p.add_argument("--out", default="bench/out/prefill.json", help="JSON results file")
     p.set_defaults(run=_bench("prefill"))
 
@@ -281,7 +310,13 @@ def _add_kv_quality(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="model (default: the embedded SmolLM2)")
     p.add_argument("--tokens", type=int, default=1024, help="tokens of held-out text scored")
     p.add_argument("--chunk", type=int, default=128, help="tokens per forward (>= 2)")
-    p.add_argument("--group-size", type=int, choices=list(KV_GROUP_SIZES), default=64)
+    p.add_argument(
+        "--group-size",
+        type=int,
+        choices=list(KV_GROUP_SIZES),
+        default=64,
+        help="values per scale and bias of quantized pages",
+    )
     p.add_argument("--prompt", type=int, default=64, help="prompt tokens of the greedy runs")
     p.add_argument("--new", type=int, default=64, help="greedy tokens generated per setting")
     p.add_argument("--out", default="bench/out/kv-quality.json", help="JSON results file")

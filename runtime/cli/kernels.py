@@ -8,7 +8,11 @@ import sys
 
 def add_kernels_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("kernels", help="list or render the generated kernels")
-    p.add_argument("action", choices=["list", "render"])
+    p.add_argument(
+        "action",
+        choices=["list", "render"],
+        help="list: every kernel spec the routing can pick; render: one spec's source",
+    )
     p.add_argument("spec", nargs="?", help="a spec name from `kernels list` (render)")
     p.add_argument(
         "--backend",

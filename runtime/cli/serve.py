@@ -52,7 +52,7 @@ def serve(args: argparse.Namespace) -> int:
         "top_k": args.top_k,
         "min_p": args.min_p,
     }
-    aliases = {model_id, "default_model"} | ({args.model} if args.model else set())
+    aliases = {model_id, "default", "default_model"} | ({args.model} if args.model else set())
     state = ServerState(
         engine=engine,
         model_id=model_id,
@@ -70,18 +70,23 @@ def serve(args: argparse.Namespace) -> int:
         logger.error("cannot bind %s:%d: %s", args.host, args.port, exc)
         engine.shutdown(timeout=5)
         return 1
-    host, port = server.server_address[:2]
-    logger.info(
-        "serving %s on http://%s:%d (kv path: %s)",
-        model_id,
-        host,
-        port,
-        "paged" if engine.config.kv_paged else "contiguous",
-    )
-    print(f"mlx-paged: serving {model_id} on http://{host}:{port}", flush=True)
+    _announce(model_id, *server.server_address[:2], engine.config.kv_paged)
     serve_until_signal(server, state, args.shutdown_grace)
     exit_now(0)
     return 0  # not reached
+
+
+def _announce(model_id: str, host: str, port: int, kv_paged: bool) -> None:
+    """One line saying where the server listens and which model id clients send; printed
+    when the log level hides it, so it is always seen once."""
+    line = (
+        f"serving {model_id!r} on http://{host}:{port}/v1 (kv path: "
+        f"{'paged' if kv_paged else 'contiguous'}); clients send model={model_id!r} or 'default'"
+    )
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("%s", line)
+    else:
+        print(f"mlx-paged: {line}", flush=True)
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:

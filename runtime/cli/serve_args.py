@@ -113,7 +113,11 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         help="a Jinja chat template (text) that replaces the model's",
     )
     p.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+        help="what the log shows: INFO has the start-up steps, one line per request and "
+        "progress of long work; DEBUG adds refused connections",
     )
 
 

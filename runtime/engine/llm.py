@@ -1,31 +1,34 @@
-"""Offline batched generation: `LLM(model=...).generate(prompts, params)`."""
+"""Generation in this process: `LLM(model=...).generate(prompts, params)`, `.chat(messages)`,
+`.stream(prompt)`; the engine steps on the caller's thread."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
 
+from mlx_paged.engine.chat_prompt import chat_messages, render_chat
+from mlx_paged.engine.completion import CompletionDelta, CompletionResult, ResultBuilder
 from mlx_paged.engine.config import EngineConfig
 from mlx_paged.engine.core import Engine
-from mlx_paged.engine.outputs import TokenLogprob
 from mlx_paged.models.loader import load_model
 from mlx_paged.sampling.sampling_params import SamplingParams
 
 Prompt = str | Sequence[int]
+Conversation = Sequence[dict]
 
 
-@dataclass(slots=True)
-class CompletionResult:
-    """The whole output of one prompt."""
+def is_conversation(prompt) -> bool:
+    """Whether `prompt` is a chat conversation (a list of message dicts), not text or ids."""
+    return not isinstance(prompt, str) and bool(prompt) and isinstance(prompt[0], dict)
 
-    request_id: str
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    text: str
-    finish_reason: str | None
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
+
+def encode_prompt(tokenizer, prompt: Prompt | Conversation) -> list[int]:
+    """Token ids of text (no chat template), token ids, or a conversation (chat template)."""
+    if isinstance(prompt, str):
+        return list(tokenizer.encode(prompt))
+    if is_conversation(prompt):
+        return render_chat(tokenizer, chat_messages(list(prompt)))
+    return list(prompt)
 
 
 class LLM:
@@ -94,18 +97,17 @@ class LLM:
         self.model, self.tokenizer, self.model_id, model_config = load_model(model, chat_template)
         self.engine = Engine(self.model, self.tokenizer, config, model_config)
 
-    def encode(self, prompt: Prompt) -> list[int]:
-        """Token ids of a prompt given as text or ids (text is encoded without a chat template)."""
-        if isinstance(prompt, str):
-            return list(self.tokenizer.encode(prompt))
-        return list(prompt)
+    def encode(self, prompt: Prompt | Conversation) -> list[int]:
+        """Token ids of a prompt given as text (encoded without a chat template), token ids, or
+        a conversation (rendered by the model's chat template, generation prompt appended)."""
+        return encode_prompt(self.tokenizer, prompt)
 
     def generate(
         self,
         prompts: Prompt | Sequence[Prompt],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
     ) -> list[CompletionResult]:
-        """Generate for every prompt; returns one result per prompt, in order.
+        """Generate for every prompt, continuously batched; one result per prompt, in order.
 
         Args:
             prompts: a prompt or a list of prompts (text or token ids).
@@ -113,37 +115,75 @@ class LLM:
         """
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
+        return self._run([self.encode(p) for p in prompts], params)
+
+    def chat(
+        self,
+        messages: Conversation | Sequence[Conversation],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        tools: list[dict] | None = None,
+        chat_template_kwargs: dict | None = None,
+    ) -> list[CompletionResult]:
+        """Answer one conversation or several (OpenAI-style message dicts), each rendered by the
+        model's chat template; one result per conversation, in order.
+
+        Args:
+            tools: OpenAI function tools, for templates that render them.
+            chat_template_kwargs: extra template variables, e.g. `{"enable_thinking": False}`.
+        """
+        conversations = [messages] if is_conversation(messages) else list(messages)
+        ids = [
+            render_chat(self.tokenizer, chat_messages(list(c)), tools, chat_template_kwargs)
+            for c in conversations
+        ]
+        return self._run(ids, params)
+
+    def stream(
+        self, prompt: Prompt | Conversation, params: SamplingParams | None = None
+    ) -> Iterator[CompletionDelta]:
+        """Yield one prompt's output as it is generated: text and token-id increments, the last
+        with `finished` set and the whole `result`. A conversation goes through the chat
+        template. Leaving the loop early cancels the request."""
+        ids = self.encode(prompt)
+        builder, stream = self._add(ids, params or SamplingParams())
+        try:
+            while not builder.finished:
+                self.engine.drain_inbox()
+                self.engine.step()
+                while not builder.finished and not stream.queue.empty():
+                    yield builder.add(stream.queue.get())
+        finally:
+            if not builder.finished:
+                stream.cancel()
+                self.engine.drain_inbox()  # frees its blocks now, not at the next call
+
+    def _add(self, ids: list[int], params: SamplingParams):
+        params = dataclasses.replace(params)  # one copy per request: check_request may shorten it
+        self.engine.check_request(ids, params)
+        stream = self.engine.add_request(ids, params)
+        return ResultBuilder(stream.request_id, ids), stream
+
+    def _run(
+        self, prompts: list[list[int]], params: SamplingParams | Sequence[SamplingParams] | None
+    ) -> list[CompletionResult]:
         if params is None or isinstance(params, SamplingParams):
             params = [params or SamplingParams()] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
-        streams = []
-        for prompt, p in zip(prompts, params):
-            ids = self.encode(prompt)
-            p = dataclasses.replace(p)  # one copy per request: check_request may shorten it
-            self.engine.check_request(ids, p)
-            streams.append(self.engine.add_request(ids, p))
-        results = {
-            s.request_id: CompletionResult(
-                s.request_id, list(s.request.prompt_token_ids), [], "", None
-            )
-            for s in streams
-        }
-        pending = {s.request_id for s in streams}
-        while pending:
+        requests = []
+        try:
+            for ids, p in zip(prompts, params):
+                requests.append(self._add(ids, p))
+            while not all(builder.finished for builder, _ in requests):
+                self.engine.drain_inbox()
+                self.engine.step()
+                for builder, stream in requests:
+                    while not builder.finished and not stream.queue.empty():
+                        builder.add(stream.queue.get())
+        finally:  # one failed (or a bad prompt was refused): the others stop too
+            for builder, stream in requests:
+                if not builder.finished:
+                    stream.cancel()
             self.engine.drain_inbox()
-            self.engine.step()
-            for s in streams:
-                while not s.queue.empty():
-                    out = s.queue.get()
-                    res = results[s.request_id]
-                    res.token_ids += out.token_ids
-                    res.text += out.text
-                    res.logprobs += out.logprobs
-                    if out.finished:
-                        if out.error:
-                            raise RuntimeError(out.error)
-                        res.finish_reason = out.finish_reason
-                        res.num_cached_tokens = out.num_cached_tokens
-                        pending.discard(s.request_id)
-        return [results[s.request_id] for s in streams]
+        return [builder.result for builder, _ in requests]

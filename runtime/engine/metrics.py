@@ -75,7 +75,9 @@ def _request_metrics(out: _Exposition, engine) -> None:
          m.prefix_cache_hit_tokens_total),
     ):  # fmt: skip
         out.add(f"mlx_paged_{name}", "counter", help_text, value)
-    out.add("mlx_paged_kv_cache_bytes", "gauge", "KV cache bytes held by running requests.",
+    out.add("mlx_paged_kv_cache_bytes", "gauge",
+            "KV bytes in blocks that running requests hold (0 when idle; cached free blocks "
+            "are not counted: see mlx_paged_kv_blocks_cached).",
             engine.runner.kv_bytes_in_use)  # fmt: skip
 
 
@@ -83,7 +85,10 @@ def _kv_metrics(out: _Exposition, engine) -> None:
     pool = engine.kv.block_pool
     cached = pool.num_cached_free_blocks
     for name, help_text, value in (
-        ("kv_blocks_total", "Usable KV blocks in the pool.", pool.num_usable_blocks),
+        ("kv_blocks_total", "Usable KV blocks: the pool's blocks less block 0, the null "
+         "block that pads block tables.", pool.num_usable_blocks),
+        ("kv_pool_bytes", "Bytes of the whole KV page pool, allocated at start.",
+         engine.runner.pool.nbytes),
         ("kv_blocks_free", "Free KV blocks that hold no cached prefix.",
          pool.num_free_blocks - cached),
         ("kv_blocks_cached", "Free KV blocks that still hold a cached prefix (evictable).",

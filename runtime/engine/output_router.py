@@ -52,9 +52,7 @@ class OutputRouter:
             if core.error is not None or core.finish_reason in ("abort", "error"):
                 self._close(core.request_id)
                 reason = core.finish_reason or "error"
-                stream.queue.put(
-                    RequestOutput(core.request_id, finish_reason=reason, error=core.error)
-                )
+                stream.put(RequestOutput(core.request_id, finish_reason=reason, error=core.error))
                 continue
             try:
                 out = self.processor.process(core)
@@ -68,7 +66,7 @@ class OutputRouter:
                 self._close(core.request_id)
                 if core.finish_reason is None:  # a stop string: the core still runs it
                     self._abort(core.request_id, "stop")
-            stream.queue.put(out)
+            stream.put(out)
 
     def fail_all(self, message: str) -> None:
         """End every open stream with an error (shutdown, or the engine process gone)."""

@@ -21,6 +21,15 @@ class RequestStream:
         self.request = request
         self._cancel = cancel
         self.queue: queue.Queue[RequestOutput] = queue.Queue()
+        # Called (on the producing thread) after each output is queued: how an asyncio
+        # consumer learns of it without a thread of its own.
+        self.on_output: Callable[[], None] | None = None
+
+    def put(self, out: RequestOutput) -> None:
+        """Queue an output for the consumer and tell it."""
+        self.queue.put(out)
+        if self.on_output is not None:
+            self.on_output()
 
     def get(self, timeout: float | None = None) -> RequestOutput:
         return self.queue.get(timeout=timeout)
@@ -39,4 +48,4 @@ class RequestStream:
     def fail(self, message: str) -> None:
         """End the stream with an error from outside the engine (shutdown while a step runs,
         the engine process gone); anything the engine sends after this is never read."""
-        self.queue.put(RequestOutput(self.request_id, finish_reason="error", error=message))
+        self.put(RequestOutput(self.request_id, finish_reason="error", error=message))

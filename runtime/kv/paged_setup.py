@@ -130,9 +130,10 @@ def _log_pool(pool: PagedKVPool, token_bytes: int, prefix_caching: bool) -> None
         return "16-bit" if b == 16 else f"{b}-bit in groups of {pool.group_size}"
 
     logger.info(
-        "paged KV: %d blocks x %d tokens (%.1f MiB, %d B/token, K %s / V %s), prefix caching %s",
-        pool.num_blocks, pool.block_size, pool.nbytes / 2**20, token_bytes, bits(pool.k_bits),
-        bits(pool.v_bits), "on" if prefix_caching else "off",
+        "paged KV: %d usable blocks x %d tokens, plus the null block (%.1f MiB, %d B/token, "
+        "K %s / V %s), prefix caching %s",
+        pool.num_blocks - 1, pool.block_size, pool.nbytes / 2**20, token_bytes,
+        bits(pool.k_bits), bits(pool.v_bits), "on" if prefix_caching else "off",
     )  # fmt: skip
 
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 import mlx.core as mx
 
+from mlx_paged.progress import progress
 from mlx_paged.runner.block_table import bucket as pow2_bucket
 
 logger = logging.getLogger(__name__)
@@ -103,14 +103,9 @@ class PrefillShapes:
         if threading.get_ident() in self._warm_threads:
             return
         shapes = self.shapes(max_rows, max_width, max_len)
-        logger.info("warming %d prefill attention shapes (CUDA builds a graph per shape)",
-                    len(shapes))  # fmt: skip
-        tic = time.perf_counter()
-        for i, shape in enumerate(shapes, 1):
+        desc = "warming prefill attention shapes (CUDA builds a graph per shape)"
+        for shape in progress(shapes, desc, unit="shape", log=logger):
             self._run(*shape)
-            if i % 20 == 0 or i == len(shapes):
-                logger.info("warmed %d/%d prefill attention shapes (%.1f s)", i, len(shapes),
-                            time.perf_counter() - tic)  # fmt: skip
         self._warm_threads.add(threading.get_ident())
 
     def _run(self, kind: str, a: int, b: int) -> None:

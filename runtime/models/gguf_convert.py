@@ -8,12 +8,17 @@ layout mlx-lm expects, and the GGUF vocabulary becomes a `tokenizers` byte-level
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+from mlx_paged.progress import progress
+
+logger = logging.getLogger("mlx_paged.models")
 
 GROUP_SIZE = 32  # GGUF block size for Q4_0 / Q4_1 / Q8_0.
 
@@ -198,7 +203,7 @@ def convert_gguf(
     say = progress or (lambda _msg: None)
     out_dir = Path(out_dir)
     reader = gguf.GGUFReader(str(gguf_path))
-    weights, quantization = _convert_tensors(reader, unpermute_qk, say)
+    weights, quantization = _convert_tensors(reader, unpermute_qk)
     has_output = any(t.name == "output.weight" for t in reader.tensors)
     config = _build_config(reader, has_output, _quantization_config(quantization))
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -212,7 +217,7 @@ def convert_gguf(
     return out_dir
 
 
-def _convert_tensors(reader, unpermute_qk: bool, say: Progress) -> tuple[dict, dict]:
+def _convert_tensors(reader, unpermute_qk: bool) -> tuple[dict, dict]:
     """(mlx-lm weights, per-layer quantization) of every tensor in `reader`."""
     import mlx.core as mx
 
@@ -220,8 +225,7 @@ def _convert_tensors(reader, unpermute_qk: bool, say: Progress) -> tuple[dict, d
     n_kv_heads = int(_field(reader, "llama.attention.head_count_kv", n_heads))
     weights: dict[str, mx.array] = {}
     quantization: dict = {}
-    total = len(reader.tensors)
-    for i, tensor in enumerate(reader.tensors, 1):
+    for tensor in progress(reader.tensors, "converting GGUF tensors", unit="tensor", log=logger):
         name = hf_name(tensor.name)
         qtype = tensor.tensor_type.name
         cols = int(tensor.shape[0])  # ggml lists the fastest-moving dimension first
@@ -239,8 +243,6 @@ def _convert_tensors(reader, unpermute_qk: bool, say: Progress) -> tuple[dict, d
             weights[f"{prefix}.scales"] = mx.array(scales)
             weights[f"{prefix}.biases"] = mx.array(biases)
             quantization[prefix] = {"group_size": GROUP_SIZE, "bits": bits}
-        if i % 30 == 0 or i == total:
-            say(f"converted {i}/{total} tensors")
     return weights, quantization
 
 

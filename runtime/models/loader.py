@@ -19,10 +19,25 @@ def resolve_model(model: str | None) -> tuple[str, str]:
         return str(default_model_path()), DEFAULT_MODEL_NAME
     path = Path(model).expanduser()
     if path.exists():
+        if not path.is_dir():
+            raise ValueError(f"--model {model}: not a folder; pass an mlx-lm model folder")
         if not (path / "config.json").is_file():
             raise ValueError(f"--model {model}: folder has no config.json; is it an mlx-lm model?")
         return str(path), model
+    if looks_like_path(model):
+        raise ValueError(f"--model {model}: no such folder")
     return model, model
+
+
+def looks_like_path(model: str) -> bool:
+    """Whether `model` can only be a local path: a hub name is `name` or `owner/name`, never
+    absolute, relative to `.`/`~`, or with more than one slash."""
+    return (
+        model.startswith(("/", ".", "~"))
+        or "\\" in model
+        or model.count("/") > 1
+        or model.endswith("/")
+    )
 
 
 def load_model(model: str | None, chat_template: str | None = None):

@@ -36,6 +36,7 @@ class GenerationMixin:
         if state.shutting_down:
             raise InvalidRequestError("the server is shutting down", status=503)
         req: ParsedRequest = PARSERS[path](body, state.engine.tokenizer, state.defaults)
+        state.unknown_fields.note(req.kind, body)
         if req.model is not None and req.model not in state.model_aliases:
             raise InvalidRequestError(
                 f"model {req.model!r} is not served here; this server serves {state.model_id!r}",

@@ -179,7 +179,7 @@ class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
             else ()
         )
         if not allowed:
-            self._send_error(404, f"no route for {self.command} {path}")
+            self._send_error(404, f"no route for {self.command} {path or '/'}")
             return True
         if self.command not in allowed:
             self._send_error(

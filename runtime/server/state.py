@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 
 from mlx_paged.engine.core_client import EngineClient
+from mlx_paged.server.api_fields import UnknownFieldLog
 from mlx_paged.server.connections import ConnectionGuard
 
 
@@ -27,6 +28,7 @@ class ServerState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     shutting_down: bool = False
     guard: ConnectionGuard | None = None
+    unknown_fields: UnknownFieldLog = field(default_factory=UnknownFieldLog)
 
 
 def wait_for_idle(state: ServerState, timeout: float) -> bool:

@@ -180,6 +180,13 @@ def test_metrics_names(server):
     ):
         assert name in m
     assert m["mlx_paged_generation_tokens_total"] > 0
+    # The start log and the metrics count the same usable blocks; the pool's bytes add the
+    # null block.
+    usable = int(re.search(r"paged KV: (\d+) usable blocks", server.log()).group(1))
+    assert m["mlx_paged_kv_blocks_total"] == usable
+    block_bytes = m["mlx_paged_kv_block_size"] * m["mlx_paged_kv_bytes_per_token"]
+    assert m["mlx_paged_kv_pool_bytes"] == (usable + 1) * block_bytes
+    assert server.log().count("serving 'SmolLM2-135M-Instruct' on http://") == 1
     # On this CPU machine every decode step ran the reference attention, none the kernel.
     assert m['mlx_paged_attention_calls_total{path="reference",phase="decode"}'] > 0
     assert m['mlx_paged_attention_calls_total{path="kernel",phase="decode"}'] == 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mlx_paged.bench import report
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -12,6 +14,19 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 def test_benchmarks_doc_is_generated_from_the_committed_results():
     assert report.DOC.read_text() == report.render(), "run `make bench-docs`"
+
+
+def test_readme_table_and_prose_figures_are_generated_from_the_committed_results():
+    readme = report.README.read_text()
+    assert readme == report.render_readme(readme), "run `make bench-docs`"
+    assert "<!-- fig:density -->" in readme
+
+
+def test_an_unknown_prose_figure_is_an_error():
+    with pytest.raises(ValueError, match="no figure named 'nope'"):
+        report.fill_figures("a <!-- fig:nope -->1x<!-- /fig --> b", {"density": "2x"})
+    filled = report.fill_figures("a <!-- fig:density -->1x<!-- /fig --> b", {"density": "2x"})
+    assert filled == "a <!-- fig:density -->2x<!-- /fig --> b"
 
 
 def test_every_result_file_is_referenced_from_the_docs():

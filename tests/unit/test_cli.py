@@ -128,3 +128,26 @@ def test_api_key_sources(tmp_path, monkeypatch):
         key("--api-key-file", str(path))
     with pytest.raises(ValueError, match="not both"):
         key("--api-key", "x", "--api-key-file", str(path))
+
+
+def _flags():
+    from mlx_paged.cli.main import walk_parsers
+
+    skip = (argparse._HelpAction, argparse._SubParsersAction)
+    for parser in walk_parsers(build_parser()):
+        for action in parser._actions:
+            if not isinstance(action, skip):
+                yield parser, action
+
+
+def test_every_flag_has_help_that_shows_its_default():
+    flags = list(_flags())
+    assert len(flags) > 100  # serve, eight benchmarks, kernels
+    for parser, action in flags:
+        name = f"{parser.prog} {'/'.join(action.option_strings) or action.dest}"
+        assert action.help, f"{name} has no help text"
+        if action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            text = parser.formatter_class(parser.prog)._get_help_string(action)
+            assert "default" in text, f"{name}: its help does not say its default"
+    serve_help = build_parser()._subparsers._group_actions[0].choices["serve"].format_help()
+    assert "(default: INFO)" in serve_help

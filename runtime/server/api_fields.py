@@ -1,0 +1,132 @@
+"""Every request field the completion routes know: what each does here, and whether it is
+accepted, ignored or refused. The parsers read their ignored and refused fields from this table,
+`docs/api.md` is generated from it, and a test checks that the parsers read exactly the fields
+it names, so the docs cannot drift from the server."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+logger = logging.getLogger("mlx_paged.server")
+
+CHAT, COMPLETION = "chat", "completion"
+BOTH = (CHAT, COMPLETION)
+ACCEPTED, IGNORED, REFUSED = "accepted", "ignored", "refused"
+MAX_LOGGED_UNKNOWN = 256  # distinct unknown names logged before the log stops naming them
+
+
+@dataclass(frozen=True)
+class Field:
+    """One request field: its name, the routes that know it, its status and what it does."""
+
+    name: str
+    routes: tuple[str, ...]
+    status: str
+    what: str
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("model", BOTH, ACCEPTED, "the served model's id (`GET /v1/models`), the `--model` "
+          "value, or `default`; another name is a 404 `model_not_found`; omitted: the served "
+          "model"),
+    Field("messages", (CHAT,), ACCEPTED, "required; roles `system`, `developer`, `user`, "
+          "`assistant`, `tool`; content a string or a list of text parts (images and audio are "
+          "refused); `tool_calls`, `name`, `tool_call_id` are passed to the chat template"),
+    Field("prompt", (COMPLETION,), ACCEPTED, "required; one prompt: a string or a list of token "
+          "ids (a list of several prompts is refused)"),
+    Field("max_tokens", BOTH, ACCEPTED, "most tokens to generate, 1 to 1,000,000 and within the "
+          "context length (default: `--max-tokens`, shortened to fit the context)"),
+    Field("max_completion_tokens", (CHAT,), ACCEPTED, "the same as `max_tokens`; wins over it"),
+    Field("stream", BOTH, ACCEPTED, "server-sent events, ended by `data: [DONE]`"),
+    Field("stream_options", BOTH, ACCEPTED, "`{\"include_usage\": true}` adds a last chunk "
+          "with `usage`; only with `stream: true`"),
+    Field("temperature", BOTH, ACCEPTED, "0 to 100; 0 is greedy (default: `--temp`)"),
+    Field("top_p", BOTH, ACCEPTED, "nucleus sampling, in (0, 1] (default: `--top-p`)"),
+    Field("top_k", BOTH, ACCEPTED, "keep the k likeliest tokens; 0 is off (default: `--top-k`)"),
+    Field("min_p", BOTH, ACCEPTED, "drop tokens below min_p times the top probability; 0 is "
+          "off (default: `--min-p`)"),
+    Field("repetition_penalty", BOTH, ACCEPTED, "mlx-lm's multiplicative penalty on tokens of "
+          "the last `repetition_context_size` tokens, in (0, 100]; off when absent"),
+    Field("repetition_context_size", BOTH, ACCEPTED, "tokens the penalties look back (default "
+          "20)"),
+    Field("presence_penalty", BOTH, ACCEPTED, "OpenAI's additive penalty on tokens already "
+          "present, -2 to 2"),
+    Field("frequency_penalty", BOTH, ACCEPTED, "OpenAI's additive penalty per occurrence, -2 "
+          "to 2"),
+    Field("xtc_probability", BOTH, ACCEPTED, "mlx-lm's XTC sampler: how often it cuts the top "
+          "choices (default 0, off)"),
+    Field("xtc_threshold", BOTH, ACCEPTED, "XTC's probability threshold, 0 to 0.5 (default "
+          "0.1)"),
+    Field("logit_bias", BOTH, ACCEPTED, "token id to a bias added to its logit, -100 to 100"),
+    Field("seed", BOTH, ACCEPTED, "reproducible sampling; a seeded request runs alone once the "
+          "batch drains"),
+    Field("stop", BOTH, ACCEPTED, "a string or up to 16 strings of up to 256 characters that "
+          "end the output (not included in it)"),
+    Field("logprobs", BOTH, ACCEPTED, "chat: a boolean; completions: the number of top "
+          "log-probabilities per token (0 to 20)"),
+    Field("top_logprobs", (CHAT,), ACCEPTED, "top log-probabilities per token, 0 to 20; needs "
+          "`logprobs: true`"),
+    Field("return_tokens_as_token_ids", BOTH, ACCEPTED, "vLLM's: log-probability tokens as "
+          "`token_id:<id>` strings"),
+    Field("tools", (CHAT,), ACCEPTED, "function tools, rendered by the model's chat template; "
+          "calls the model makes come back as `tool_calls` (400 if the template has no tools)"),
+    Field("chat_template_kwargs", (CHAT,), ACCEPTED, "an object of extra variables for the "
+          "chat template, e.g. `{\"enable_thinking\": false}`"),
+    Field("n", BOTH, REFUSED, "only 1: send several requests for several completions"),
+    Field("best_of", BOTH, REFUSED, "only 1"),
+    Field("echo", BOTH, REFUSED, "echoing the prompt is not supported"),
+    Field("suffix", BOTH, REFUSED, "insertion is not supported"),
+    Field("response_format", BOTH, REFUSED, "only `{\"type\": \"text\"}`; JSON modes are "
+          "refused, not silently unconstrained"),
+    Field("functions", BOTH, REFUSED, "the deprecated form of `tools`: send `tools`"),
+    Field("function_call", BOTH, REFUSED, "the deprecated form of `tool_choice`"),
+    Field("audio", BOTH, REFUSED, "text only"),
+    Field("prediction", BOTH, REFUSED, "predicted outputs are not supported"),
+    Field("logit_bias_schema", BOTH, REFUSED, "not supported"),
+    Field("modalities", BOTH, REFUSED, "only `[\"text\"]`"),
+    Field("tool_choice", BOTH, IGNORED, "the model decides whether to call a tool (`auto`)"),
+    Field("parallel_tool_calls", BOTH, IGNORED, "every call the model makes is returned"),
+    Field("user", BOTH, IGNORED, "an end-user id for abuse tracking: one local server has none"),
+    Field("metadata", BOTH, IGNORED, "stored-completion tags: nothing is stored"),
+    Field("store", BOTH, IGNORED, "nothing is stored"),
+    Field("service_tier", BOTH, IGNORED, "one tier"),
+    Field("role_mapping", BOTH, IGNORED, "mlx_lm.server's option for models without a chat "
+          "template; the template (or `role: content` lines without one) decides"),
+)  # fmt: skip
+
+
+def fields_for(route: str, status: str | None = None) -> tuple[Field, ...]:
+    """The fields `route` ("chat" or "completion") knows, of one `status` if given."""
+    return tuple(f for f in FIELDS if route in f.routes and (status is None or f.status == status))
+
+
+def names(route: str, status: str | None = None) -> frozenset[str]:
+    """The names of `fields_for(route, status)`."""
+    return frozenset(f.name for f in fields_for(route, status))
+
+
+class UnknownFieldLog:
+    """Logs each unknown request field name once per process: unknown fields are ignored, as
+    OpenAI clients expect, but not without a word."""
+
+    def __init__(self, limit: int = MAX_LOGGED_UNKNOWN):
+        self.limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def note(self, route: str, body: dict) -> list[str]:
+        """Log the names in `body` that `route` does not know and were not logged before;
+        returns them."""
+        unknown = set(body) - names(route)
+        with self._lock:
+            new = sorted(unknown - self._seen)[: max(self.limit - len(self._seen), 0)]
+            self._seen.update(new)
+            full = len(self._seen) >= self.limit
+        for name in new:
+            shown = name if len(name) <= 64 else name[:61] + "..."
+            logger.warning("ignoring unknown request field %r (logged once per name)", shown)
+        if new and full:
+            logger.warning("%d unknown field names logged; no more will be", self.limit)
+        return new
