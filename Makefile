@@ -39,8 +39,12 @@ lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# Two workers, whole files to each (module fixtures load their models once); the slowest
+# tests are listed at the end.
+TEST_WORKERS ?= 2
+
 test: lint
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 bench-docs: $(VENV)/.installed
 	$(BIN)/python -m mlx_paged.bench.report

@@ -206,12 +206,13 @@ def run_batch_generator(model_dir, jobs, cap, bytes_per_token) -> Trace:
 
 def _steps(engine, jobs, desc: str):
     """Step `engine` until its requests are done, yielding after each step, with progress in
-    generated tokens."""
-    with Progress(desc, sum(n for _, n in jobs), "tok") as bar:
+    tokens computed (prompt and generated)."""
+    m = engine.metrics
+    with Progress(desc, sum(len(p) + n for p, n in jobs), "tok") as bar:
         while engine.scheduler.has_unfinished_requests():
-            before = engine.metrics.generation_tokens_total
+            before = m.prompt_tokens_total + m.generation_tokens_total
             engine.step()
-            bar.update(engine.metrics.generation_tokens_total - before)
+            bar.update(m.prompt_tokens_total + m.generation_tokens_total - before)
             yield
 
 

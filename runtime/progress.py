@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 T = TypeVar("T")
 LOG_EVERY_SECONDS = 10.0  # how often log lines report, away from a terminal
+MIN_ESTIMATE_FRACTION = 0.05  # the share done before log lines estimate the time left
 
 logger = logging.getLogger("mlx_paged.progress")
 
@@ -44,6 +45,7 @@ class Progress:
         self.desc, self.total, self.unit = desc, total, unit
         self.log = log or logger
         self.done = 0
+        self._reported: int | None = None  # the count the last log line showed
         self._start = self._last = time.perf_counter()
         self._bar = None
         if on_terminal():
@@ -69,13 +71,15 @@ class Progress:
         """End the bar, or log the last line with the time it took."""
         if self._bar is not None:
             self._bar.close()
-        else:
+        elif self._reported != self.done:
             self._line(time.perf_counter())
 
     def _line(self, now: float) -> None:
+        self._reported = self.done
         elapsed = now - self._start
         timing = f"{elapsed:.1f} s"
-        if self.total and 0 < self.done < self.total:
+        # An estimate from the first few percent (a prefill before decoding) misleads.
+        if self.total and self.total * MIN_ESTIMATE_FRACTION <= self.done < self.total:
             timing += f", about {elapsed / self.done * (self.total - self.done):.0f} s left"
         self.log.info("%s: %d%s %s, %s", self.desc, self.done, self._of(), self.unit, timing)
 

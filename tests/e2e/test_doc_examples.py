@@ -32,7 +32,7 @@ EXAMPLES = examples()
 EXPECT = {
     "llm.generate(": r"(?m)^(stop|length) ",
     "llm.chat(": r"\S",
-    "llm.stream(": r"\[(stop|length), \d+ tokens\]",
+    "delta.result.finish_reason": r"\[(stop|length), \d+ tokens\]",
     "AsyncLLM(": r"capital of France\? -> .*\nName a color\. -> ",
     "OpenAI(": r"\S",
 }

@@ -188,3 +188,18 @@ def test_sigterm_during_a_long_step_ends_every_stream_and_exits_in_time(tmp_path
     for name in ("prefilling", "queued"):
         status, data = results[name]
         assert status == 503 and "shutting down" in json.loads(data)["error"]["message"], name
+
+
+def test_a_model_path_that_does_not_exist_is_named_at_start(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "mlx_paged", "serve", "--model", str(tmp_path / "nonexistent")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert f"--model {tmp_path / 'nonexistent'}: no such folder" in done.stderr
+    assert "Repo id" not in done.stderr  # not Hugging Face's repo-id message

@@ -7,6 +7,7 @@ import http.client
 import json
 import re
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -41,6 +42,26 @@ def test_chat_answers_paris_with_usage(client):
     assert r.object == "chat.completion" and r.model == MODEL
     assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (37, 8)
     assert r.usage.total_tokens == 45
+
+
+def test_default_names_the_served_model_and_unknown_fields_are_logged_once(server, client):
+    for _ in range(2):
+        r = client.completions.create(
+            model="default", prompt="Paris is", max_tokens=2, extra_body={"frobnicate": 1}
+        )
+        assert r.model == MODEL and r.choices[0].text
+    log = server.log()
+    assert log.count("ignoring unknown request field 'frobnicate' (logged once per name)") == 1
+
+
+def test_the_root_path_is_named_in_its_404(server):
+    try:
+        urllib.request.urlopen(server.url + "/")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 404
+        assert json.load(exc)["error"]["message"] == "no route for GET /"
+    else:
+        raise AssertionError("GET / answered 200")
 
 
 def test_chat_stream_equals_non_stream_and_reports_usage(client):

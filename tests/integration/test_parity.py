@@ -88,17 +88,11 @@ def test_tiny_models_match_batch_generator(tiny_model_dir, model_type):
 def test_smollm2_matches_batch_generator(smollm2_dir):
     sizes = dict(max_num_seqs=3, max_num_prefill_seqs=2, prefill_step_size=16)
     llm = LLM(str(smollm2_dir), kv_paged=False, **sizes)
-    questions = [
-        "What is the capital of France?",
-        "Name a primary color.",
-        "Why do birds sing?",
-        "What is two plus two?",
-    ]
-    prompts = [
-        llm.tokenizer.apply_chat_template(
-            [{"role": "user", "content": q}], add_generation_prompt=True
-        )
-        for q in questions
+    # One chat-templated prompt (37 tokens, its system prompt included) and three short plain
+    # ones: prompts of different lengths share the batch, at a quarter of the prefill cost.
+    chat = [{"role": "user", "content": "What is the capital of France?"}]
+    prompts = [llm.tokenizer.apply_chat_template(chat, add_generation_prompt=True)] + [
+        llm.tokenizer.encode(t) for t in ("Primary colors are", "Birds sing because", "2 + 2 =")
     ]
     schedule = [(0, 12), (0, 6), (1, 10), (4, 8)]
     eos = llm.tokenizer.eos_token_id
