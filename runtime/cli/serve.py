@@ -34,6 +34,7 @@ def serve(args: argparse.Namespace) -> int:
     """Start the engine process (it loads the model) and serve HTTP until a signal arrives."""
     from mlx_paged.server.lifecycle import serve_until_signal
     from mlx_paged.server.listener import make_server
+    from mlx_paged.server.open_files import raise_open_file_limit
     from mlx_paged.server.state import ServerState
 
     try:
@@ -64,6 +65,7 @@ def serve(args: argparse.Namespace) -> int:
         request_timeout=args.request_timeout,
         max_connections=args.max_connections,
     )
+    raise_open_file_limit(args.max_connections)
     try:
         server = make_server(state, args.host, args.port)
     except OSError as exc:

@@ -10,11 +10,24 @@ the write, or the next read, fails.
 from __future__ import annotations
 
 import select
+import selectors
 import socket
 from collections.abc import Callable
 
 KEEPALIVE_COMMENT = b": keep-alive\n\n"
 INTERIM_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def readable_now(sock: socket.socket) -> bool:
+    """Whether a read on `sock` would not block (data, end-of-file or an error), at any
+    descriptor number: `select.select` refuses descriptors past 1023."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    with selectors.DefaultSelector() as selector:
+        selector.register(sock, selectors.EVENT_READ)
+        return bool(selector.select(0))
 
 
 class ClientWatch:
@@ -42,10 +55,9 @@ class ClientWatch:
     def gone(self) -> bool:
         """True once the client is known to have hung up."""
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
-            if not readable or self.sock.recv(1, socket.MSG_PEEK) != b"":
+            if not readable_now(self.sock) or self.sock.recv(1, socket.MSG_PEEK) != b"":
                 return False  # nothing new, or pipelined bytes: still there
-        except (OSError, ValueError):
+        except OSError:
             return True  # a reset arrived
         if self.write_probe is None:
             return True

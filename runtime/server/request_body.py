@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable
 
 from mlx_paged.errors import InvalidRequestError
@@ -79,6 +80,10 @@ def parse_json_body(raw: bytes) -> dict:
         ) from None
     except RecursionError:
         raise _err(f"the request body nests JSON deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError:  # an integer past Python's digit limit for int(str)
+        raise _err(
+            f"the request body holds an integer of more than {sys.get_int_max_str_digits()} digits"
+        ) from None
     if not isinstance(body, dict):
         raise _err("the request body must be a JSON object")
     _check_json_values(body)

@@ -30,9 +30,11 @@ class Server:
         return self.proc.wait(timeout)
 
 
-def start_server(tmp_path, *args: str, timeout: float = 180, env: dict | None = None) -> Server:
-    """Start `mlx-paged serve` with `args` (and `env` added to the environment); returns once
-    /health answers ok."""
+def start_server(
+    tmp_path, *args: str, timeout: float = 180, env: dict | None = None, preexec_fn=None
+) -> Server:
+    """Start `mlx-paged serve` with `args` (and `env` added to the environment; `preexec_fn`
+    run in the child before it starts); returns once /health answers ok."""
     port = free_port()
     log_path = str(tmp_path / f"server-{port}.log")
     log = open(log_path, "w")
@@ -41,6 +43,7 @@ def start_server(tmp_path, *args: str, timeout: float = 180, env: dict | None = 
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
+        preexec_fn=preexec_fn,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout

@@ -98,6 +98,22 @@ CHAT_CASES = [
         None,
     ),
     (
+        "5000-digit max_tokens",
+        None,
+        b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": ' + b"9" * 5000 + b"}",
+        400,
+        None,
+        "more than 4300 digits",
+    ),
+    (
+        "5000-digit unknown field",
+        None,
+        b'{"messages": [{"role": "user", "content": "hi"}], "x": ' + b"1" * 5000 + b"}",
+        400,
+        None,
+        "more than 4300 digits",
+    ),
+    (
         "logit_bias outside vocabulary",
         {"messages": MSG, "logit_bias": {"999999": 1}},
         None,

@@ -22,6 +22,9 @@ def chat(tok, **body):
         (b"{not json", "not valid JSON"),
         (b"[1, 2]", "must be a JSON object"),
         (b"\xff\xfe", "not UTF-8"),
+        (b'{"max_tokens": ' + b"9" * 5000 + b"}", "an integer of more than 4300 digits"),
+        (b'{"frobnicate": -' + b"1" * 5000 + b"}", "an integer of more than 4300 digits"),
+        (b'{"a": [' + b"7" * 4400 + b"]}", "an integer of more than 4300 digits"),
     ],
 )
 def test_body_must_be_a_json_object(raw, fragment):
