@@ -32,6 +32,7 @@ class ConnectionGuard:
         self._lock = threading.Lock()
         self._deadlines: dict[socket.socket, float | None] = {}  # None: busy
         self._timed_out: set[socket.socket] = set()
+        self._evicted: set[socket.socket] = set()  # cut to make room for a new connection
         self._stop = threading.Event()
         self._reaper = threading.Thread(target=self._reap, name="mlx-paged-reaper", daemon=True)
         self._reaper.start()
@@ -50,6 +51,7 @@ class ConnectionGuard:
                 _, oldest = min(waiting, key=lambda item: item[0])
                 self._close_read_side(oldest)
                 del self._deadlines[oldest]
+                self._evicted.add(oldest)
             self._deadlines[sock] = time.monotonic() + self.request_timeout
         return True
 
@@ -69,10 +71,23 @@ class ConnectionGuard:
         """Whether the reaper cut this connection's request."""
         return sock in self._timed_out
 
+    def cut_reason(self, sock: socket.socket) -> str | None:
+        """Why the server cut this connection's request while it arrived, if it did: past
+        its deadline, or evicted at the connection cap."""
+        if sock in self._timed_out:
+            return "the request did not arrive within --request-timeout"
+        if sock in self._evicted:
+            return (
+                "the request did not arrive before the connection was closed to make room for "
+                "a new one (--max-connections)"
+            )
+        return None
+
     def release(self, sock: socket.socket) -> None:
         with self._lock:
             self._deadlines.pop(sock, None)
             self._timed_out.discard(sock)
+            self._evicted.discard(sock)
 
     def close(self) -> None:
         self._stop.set()

@@ -137,13 +137,10 @@ class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
     def _dispatch(self, route) -> None:
         """Run a route; what it raises becomes a reply, and nothing drops the connection."""
         try:
-            if self.state.guard.timed_out(self.connection):
+            reason = self.state.guard.cut_reason(self.connection)
+            if reason is not None:
                 self.close_connection = True
-                self._send_error(
-                    408,
-                    "the request did not arrive within --request-timeout",
-                    code="request_timeout",
-                )
+                self._send_error(408, reason, code="request_timeout")
                 return
             route()
         except InvalidRequestError as exc:
@@ -267,7 +264,7 @@ class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
         try:
             n = content_length(self.headers, self.state.max_request_bytes)
             return read_exactly(
-                self.rfile.read, n, lambda: self.state.guard.timed_out(self.connection)
+                self.rfile.read, n, lambda: self.state.guard.cut_reason(self.connection)
             )
         except InvalidRequestError as exc:
             self.close_connection = True  # what is left of the body cannot be trusted

@@ -47,16 +47,20 @@ def content_length(headers, max_bytes: int) -> int:
     return n
 
 
-def read_exactly(read: Callable[[int], bytes], n: int, timed_out: Callable[[], bool]) -> bytes:
-    """Read the `n` bytes Content-Length announced; 408 when the request deadline cut the read,
-    400 when the client ended the body early."""
+def read_exactly(
+    read: Callable[[int], bytes], n: int, cut_reason: Callable[[], str | None]
+) -> bytes:
+    """Read the `n` bytes Content-Length announced; 408 when the server cut the read (its
+    deadline, or an eviction at the connection cap: `cut_reason` says which), 400 when the
+    client ended the body early."""
     chunks, got = [], 0
     while got < n:
         chunk = read(min(n - got, 1 << 20))
         if not chunk:
-            if timed_out():
+            reason = cut_reason()
+            if reason is not None:
                 raise _err(
-                    "the request body did not arrive within --request-timeout",
+                    f"{reason}: {got} of the {n} body bytes came",
                     status=408,
                     code="request_timeout",
                 )

@@ -182,6 +182,20 @@ def test_idle_connections_past_the_cap_do_not_lock_clients_out(srv):
             sock.close()
 
 
+def test_a_slow_body_evicted_at_the_cap_gets_408(srv):
+    with socket.create_connection(address(srv.url)) as slow:
+        slow.sendall(f"POST {CHAT} HTTP/1.1\r\nContent-Length: 100\r\n\r\n{{".encode())
+        time.sleep(0.3)  # its body is being read when the newcomers arrive
+        newcomers = [socket.create_connection(address(srv.url)) for _ in range(MAX_CONNECTIONS)]
+        try:
+            reply = parse_reply(read_all(slow, REQUEST_TIMEOUT))
+        finally:
+            for sock in newcomers:
+                sock.close()
+    err = assert_shaped_error(reply, 408, "--max-connections")
+    assert "1 of the 100 body bytes came" in err["message"]
+
+
 def test_when_every_connection_is_busy_a_new_one_gets_503(srv):
     # Streams short enough to end by themselves before the deadline below, should a hang-up
     # go unnoticed (that has its own test).

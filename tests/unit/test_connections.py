@@ -32,6 +32,10 @@ def test_at_the_cap_a_newcomer_replaces_the_longest_waiting(guard, pairs):
     assert guard.admit(c) and guard.num_open == 2
     a.settimeout(5)
     assert a.recv(1) == b""  # its read side was shut: the handler sees end-of-file
+    assert "--max-connections" in guard.cut_reason(a)  # answered 408, not "body ended"
+    assert guard.cut_reason(b) is None and guard.cut_reason(c) is None
+    guard.release(a)
+    assert guard.cut_reason(a) is None
 
 
 def test_when_all_are_busy_a_newcomer_is_refused(guard, pairs):
@@ -54,6 +58,7 @@ def test_a_request_past_its_deadline_is_cut_and_a_busy_one_is_not(guard, pairs):
     start = time.monotonic()
     assert a.recv(1) == b""
     assert 0.4 < time.monotonic() - start < 2 and guard.timed_out(a)
+    assert "--request-timeout" in guard.cut_reason(a)
     assert not guard.timed_out(b)
     guard.waiting(b)  # its response is done: the next request has a deadline again
     b.settimeout(5)
