@@ -42,6 +42,9 @@ def serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         logger.error("%s", exc)
         return 2
+    if args.max_pending_bytes < args.max_request_bytes:
+        logger.error("--max-pending-bytes must be at least --max-request-bytes")
+        return 2
     started = _start_engine(args)
     if isinstance(started, int):
         return started
@@ -61,6 +64,7 @@ def serve(args: argparse.Namespace) -> int:
         defaults=defaults,
         api_key=api_key,
         max_request_bytes=args.max_request_bytes,
+        max_pending_bytes=args.max_pending_bytes,
         allowed_origins=args.allowed_origins,
         request_timeout=args.request_timeout,
         max_connections=args.max_connections,

@@ -230,6 +230,13 @@ def _add_http_args(p: argparse.ArgumentParser) -> None:
         help="largest accepted request body (default 4MiB)",
     )
     p.add_argument(
+        "--max-pending-bytes",
+        type=parse_size,
+        default=64 * 1024 * 1024,
+        help="most request-body bytes all connections hold together while they are read and "
+        "parsed; past it a request gets 503 (default 64MiB; at least --max-request-bytes)",
+    )
+    p.add_argument(
         "--request-timeout",
         type=_positive_float,
         default=30.0,

@@ -14,8 +14,9 @@ import logging
 from http.server import BaseHTTPRequestHandler
 
 from mlx_paged.errors import InvalidRequestError
+from mlx_paged.server.body_reader import BodyReaderMixin
 from mlx_paged.server.generation import GenerationMixin
-from mlx_paged.server.request_body import content_length, parse_json_body, read_exactly
+from mlx_paged.server.header_budget import HeaderBudgetReader
 from mlx_paged.server.state import ServerState
 
 logger = logging.getLogger("mlx_paged.server")
@@ -46,7 +47,7 @@ def error_body(
     ).encode()
 
 
-class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
+class APIHandler(GenerationMixin, BodyReaderMixin, BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "mlx-paged"
     state: ServerState  # set on the subclass that `make_server` builds
@@ -56,6 +57,14 @@ class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
     def setup(self) -> None:
         self.timeout = self.state.request_timeout + 5  # a stalled write fails after this
         super().setup()
+        self.rfile = HeaderBudgetReader(self.rfile)
+
+    def parse_request(self) -> bool:
+        self.rfile.start_headers()
+        try:
+            return super().parse_request()
+        finally:
+            self.rfile.end_headers()
 
     def handle_one_request(self) -> None:
         self.state.guard.waiting(self.connection)
@@ -76,6 +85,8 @@ class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
         """The stdlib's refusals (400, 414, 431, 501, 505), in OpenAI's shape."""
         if code == 501 and self.command:
             message = f"method {self.command} is not supported"
+        elif code == 431 and explain:  # which header bound: a line's, the count, or the sum
+            message = explain
         if not self.request_version.startswith("HTTP/1."):
             self.request_version = "HTTP/1.1"  # a bad version: still answer with a status line
         self.close_connection = True
@@ -253,34 +264,9 @@ class APIHandler(GenerationMixin, BaseHTTPRequestHandler):
         with self.state.lock:
             self.state.active += 1
         try:
-            body = self._read_body()
+            body = self.read_json_body()
             self.state.guard.busy(self.connection)
-            self.handle_generation(path, parse_json_body(body))
+            self.handle_generation(path, body)
         finally:
             with self.state.lock:
                 self.state.active -= 1
-
-    def _read_body(self) -> bytes:
-        try:
-            n = content_length(self.headers, self.state.max_request_bytes)
-            return read_exactly(
-                self.rfile.read, n, lambda: self.state.guard.cut_reason(self.connection)
-            )
-        except InvalidRequestError as exc:
-            self.close_connection = True  # what is left of the body cannot be trusted
-            if exc.status == 413:
-                self._discard_body(self.headers.get("Content-Length", "0"))
-            raise
-
-    def _discard_body(self, length: str) -> None:
-        """Read and drop a refused body (up to 64 MiB, within the request deadline), so the
-        client, still sending, reads our 413 instead of a reset connection."""
-        left = min(int(length), 64 * 1024 * 1024)
-        try:
-            while left > 0:
-                chunk = self.rfile.read(min(left, 1 << 20))
-                if not chunk:
-                    break
-                left -= len(chunk)
-        except OSError:
-            pass

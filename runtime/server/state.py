@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from mlx_paged.engine.core_client import EngineClient
 from mlx_paged.server.api_fields import UnknownFieldLog
 from mlx_paged.server.connections import ConnectionGuard
+from mlx_paged.server.pending_bytes import PendingBytes
 
 
 @dataclass
@@ -29,6 +30,11 @@ class ServerState:
     shutting_down: bool = False
     guard: ConnectionGuard | None = None
     unknown_fields: UnknownFieldLog = field(default_factory=UnknownFieldLog)
+    max_pending_bytes: int = 64 * 1024 * 1024
+    pending: PendingBytes | None = None
+
+    def __post_init__(self) -> None:
+        self.pending = self.pending or PendingBytes(self.max_pending_bytes)
 
 
 def wait_for_idle(state: ServerState, timeout: float) -> bool:

@@ -63,3 +63,13 @@ def test_a_request_past_its_deadline_is_cut_and_a_busy_one_is_not(guard, pairs):
     guard.waiting(b)  # its response is done: the next request has a deadline again
     b.settimeout(5)
     assert b.recv(1) == b"" and guard.timed_out(b)
+
+
+def test_pending_bytes_reserve_what_fits_and_release_it():
+    from mlx_paged.server.pending_bytes import PendingBytes
+
+    pending = PendingBytes(limit=100)
+    assert pending.try_reserve(60) and not pending.try_reserve(41)
+    assert pending.used == 60 and pending.try_reserve(40) and pending.used == 100
+    pending.release(60)
+    assert pending.try_reserve(50) and pending.used == 90
