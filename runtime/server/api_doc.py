@@ -86,13 +86,16 @@ ERROR_WHEN = {
     401: "a missing or wrong API key (`code: invalid_api_key`)",
     404: "an unknown route, or a `model` this server does not serve (`code: model_not_found`)",
     405: "a method the route does not take (the `Allow` header lists those it does)",
-    408: "the request did not arrive within `--request-timeout`",
+    408: "the request did not arrive within `--request-timeout`, or its connection was closed "
+    "for a newer one at `--max-connections` before it did",
     411: "a body without `Content-Length`",
     413: "a body over `--max-request-bytes` (`code: request_too_large`)",
+    414: "a request line over 64 KiB",
+    431: "request headers over 64 KiB in all, a header line over 64 KiB, or over 100 headers",
     500: "a fault inside the server; the request is failed, the server goes on",
     501: "an HTTP method the server does not know",
-    503: "the engine is restarting or the server is shutting down, or every connection slot "
-    "is busy",
+    503: "the engine is restarting or the server is shutting down; every connection slot is "
+    "busy, or other bodies in flight fill `--max-pending-bytes` (`code: server_busy`, retry)",
     505: "an HTTP version other than 1.0 and 1.1",
 }
 
