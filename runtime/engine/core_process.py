@@ -98,8 +98,8 @@ def _receive(conn, engine, send: PipeSender) -> None:
             engine.submit(Request(prompt_token_ids, params, request_id=request_id))
         elif kind == "abort":
             engine.abort(message[1], message[2])
-        elif kind == "abort_waiting":
-            engine.abort_waiting(message[1])
+        elif kind == "abort_waiting":  # answered now, not after the step in progress
+            engine.fail_queued_now(message[1])
         elif kind == "query":
             what = message[2]
             value = engine.health() if what == "health" else render_prometheus(engine)

@@ -35,6 +35,19 @@ class EngineInbox:
         """Fail every request not yet admitted (shutdown: they would not finish in time)."""
         self._inbox.put(("abort_waiting", message))
 
+    def fail_queued_now(self, message: str) -> None:
+        """Fail every request not yet admitted at once, from any thread, even while a long
+        step runs (shutdown); needs a sink that other threads may call. The engine thread
+        drops them from the scheduler between steps."""
+        with self._inbox.mutex:  # requests sent during this step
+            queued = [item[1] for item in self._inbox.queue if item[0] == "add"]
+        queued += list(self.scheduler.waiting)  # one C call under the GIL: a consistent copy
+        if not queued:
+            return
+        self._sink([CoreOutput(r.request_id, finish_reason="error", error=message) for r in queued])
+        for req in queued:
+            self.abort(req.request_id, "error")
+
     def _drain_inbox(self, block: bool) -> None:
         try:
             item = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
