@@ -4,10 +4,49 @@
 
 from __future__ import annotations
 
+import ctypes
+import threading
+
 from mlx_paged.errors import InvalidRequestError
 from mlx_paged.server.request_body import content_length, parse_json_body, read_exactly
 
 MAX_DISCARD_BYTES = 64 * 1024 * 1024
+LARGE_BODY_BYTES = 1 << 20  # past this, the memory its parse used is handed back to the system
+
+
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def _glibc():
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: its allocator returns memory itself
+        return None
+
+
+_LIBC = _glibc()
+_TRIM = getattr(_LIBC, "malloc_trim", None)
+
+
+def keep_large_buffers_out_of_the_heap() -> None:
+    """Have glibc map buffers of 1 MiB and more on their own and unmap them when freed. By
+    default it raises that threshold to the largest buffer freed so far (up to 32 MiB), after
+    which request bodies land in the threads' heaps and stay there."""
+    if _LIBC is not None and hasattr(_LIBC, "mallopt"):
+        _LIBC.mallopt(M_MMAP_THRESHOLD, LARGE_BODY_BYTES)
+
+
+_LARGE_PARSE = threading.Lock()
+
+
+def release_freed_memory(content_length: str | None) -> None:
+    """After a large body: hand the memory its parse freed back to the system. glibc keeps
+    freed heap in each thread's arena, so handler threads would each hold what their
+    largest body needed."""
+    if _TRIM is None or content_length is None or not content_length.strip().isdigit():
+        return
+    if int(content_length) >= LARGE_BODY_BYTES:
+        _TRIM(0)
 
 
 class BodyReaderMixin:
@@ -39,7 +78,10 @@ class BodyReaderMixin:
             except InvalidRequestError:
                 self.close_connection = True  # what is left of the body cannot be trusted
                 raise
-            return parse_json_body(raw)
+            if n < LARGE_BODY_BYTES:
+                return parse_json_body(raw)
+            with _LARGE_PARSE:  # its objects can take ten times its bytes: one at a time
+                return parse_json_body(raw)
         finally:
             pending.release(n)
 

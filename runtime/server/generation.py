@@ -35,8 +35,10 @@ class GenerationMixin:
         state = self.state
         if state.shutting_down:
             raise InvalidRequestError("the server is shutting down", status=503)
+        state.guard.busy(self.connection)
         req: ParsedRequest = PARSERS[path](body, state.engine.tokenizer, state.defaults)
         state.unknown_fields.note(req.kind, body)
+        del body  # all that is needed is parsed; a large body is not held while it generates
         if req.model is not None and req.model not in state.model_aliases:
             raise InvalidRequestError(
                 f"model {req.model!r} is not served here; this server serves {state.model_id!r}",

@@ -14,7 +14,7 @@ import logging
 from http.server import BaseHTTPRequestHandler
 
 from mlx_paged.errors import InvalidRequestError
-from mlx_paged.server.body_reader import BodyReaderMixin
+from mlx_paged.server.body_reader import BodyReaderMixin, release_freed_memory
 from mlx_paged.server.generation import GenerationMixin
 from mlx_paged.server.header_budget import HeaderBudgetReader
 from mlx_paged.server.state import ServerState
@@ -264,9 +264,9 @@ class APIHandler(GenerationMixin, BodyReaderMixin, BaseHTTPRequestHandler):
         with self.state.lock:
             self.state.active += 1
         try:
-            body = self.read_json_body()
-            self.state.guard.busy(self.connection)
-            self.handle_generation(path, body)
+            # No reference kept here: the body is freed once its request is parsed.
+            self.handle_generation(path, self.read_json_body())
         finally:
+            release_freed_memory(self.headers.get("Content-Length"))
             with self.state.lock:
                 self.state.active -= 1

@@ -6,6 +6,7 @@ import logging
 import sys
 from http.server import ThreadingHTTPServer
 
+from mlx_paged.server.body_reader import keep_large_buffers_out_of_the_heap
 from mlx_paged.server.connections import ConnectionGuard
 from mlx_paged.server.http import GONE, APIHandler, error_body
 from mlx_paged.server.state import ServerState
@@ -59,6 +60,7 @@ class _Server(ThreadingHTTPServer):
 
 def make_server(state: ServerState, host: str, port: int) -> ThreadingHTTPServer:
     """Bind the HTTP server (not started) with a handler class bound to `state`."""
+    keep_large_buffers_out_of_the_heap()
     state.guard = state.guard or ConnectionGuard(state.max_connections, state.request_timeout)
     handler = type("BoundAPIHandler", (APIHandler,), {"state": state})
     server = _Server((host, port), handler)

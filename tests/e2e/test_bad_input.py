@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import http.client
 import json
+import sys
 
 import pytest
 
@@ -188,3 +190,26 @@ def test_openai_client_surfaces_the_error(client):
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model=MODEL, messages=MSG, max_tokens=0)
     assert "max_tokens" in str(info.value)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_memory_returns_after_large_bodies_parsed_at_once(server):
+    """Twenty 4 MB bodies of small integers at a time (their objects take ten times their
+    bytes), twice: the front process ends near where it started."""
+    body = {"model": "nope", "messages": MSG, "pad": list(range(10**6, 10**6 + 440_000))}
+    raw = json.dumps(body).encode()
+    assert 3_900_000 < len(raw) < 4 * 2**20
+
+    def rss() -> int:
+        with open(f"/proc/{server.proc.pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) * 1024
+
+    before = rss()
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        for _ in range(2):
+            replies = list(
+                pool.map(lambda _: post(server, "/v1/chat/completions", None, raw=raw), range(20))
+            )
+            assert {status for status, _ in replies} <= {404, 503}  # served, or over the budget
+    grown = rss() - before
+    assert grown < 48 * 2**20, f"the front process kept {grown / 2**20:.0f} MiB"
