@@ -114,6 +114,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         kv_bits_k=args.kv_bits_k,
         kv_bits_v=args.kv_bits_v,
         kv_group_size=args.kv_group_size,
+        prefill_chunk_seconds=args.prefill_chunk_seconds or None,
     )
 
 

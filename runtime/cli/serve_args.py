@@ -203,6 +203,15 @@ def _add_kv_args(p: argparse.ArgumentParser) -> None:
         help="turn off automatic prefix caching (paged path)",
     )
     p.add_argument(
+        "--prefill-chunk-seconds",
+        type=_non_negative_float,
+        default=0.5,
+        help="how long a step with prompt work may take: prompt chunks are sized from measured "
+        "step times and shared equally among prompts, so a long prompt holds neither a short "
+        "one's first token nor a hang-up for its whole prefill (paged path; 0 turns it off; "
+        "default 0.5)",
+    )
+    p.add_argument(
         "--max-num-batched-tokens",
         type=_positive,
         default=None,

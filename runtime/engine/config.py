@@ -33,6 +33,10 @@ class EngineConfig:
         fused_rope: decode steps apply RoPE inside the attention kernel: "auto" (with the
             generated kernels, for models whose RoPE they express), "on" (also on the
             reference path; fail at load if the model does not qualify) or "off".
+        prefill_chunk_seconds: how long a step with prompt work may take (paged path): prompt
+            chunks are sized from measured step times and shared equally among prompts, so
+            a long prompt cannot hold a short one's first token, or a hang-up, for its whole
+            prefill (`--prefill-chunk-seconds`); None turns it off.
         kv_bits: bits per K and V value in the pages (`--kv-bits`): 16 (the model's dtype),
             8 or 4 (quantized in groups of `kv_group_size`, paged path only); `kv_bits_k` /
             `kv_bits_v` set keys and values apart.
@@ -55,6 +59,7 @@ class EngineConfig:
     kv_bits_k: int | None = None
     kv_bits_v: int | None = None
     kv_group_size: int = 64
+    prefill_chunk_seconds: float | None = 0.5
 
     @property
     def k_bits(self) -> int:

@@ -27,6 +27,7 @@ from mlx_paged.engine.request import Request, RequestStatus
 from mlx_paged.engine.request_checks import RequestLimits, context_length
 from mlx_paged.engine.request_stream import RequestStream
 from mlx_paged.engine.scheduler import PromptSchedule, Scheduler
+from mlx_paged.engine.step_pacer import StepPacer
 from mlx_paged.engine.step_recovery import StepRecovery
 from mlx_paged.engine.stop_checker import StopChecker
 from mlx_paged.kv.paged_setup import build_paged_path
@@ -89,6 +90,9 @@ class Engine(EngineInbox, StepRecovery):
             prefill_align=self.runner.pool.prefill_align if self.kv is not None else 1,
             start_in_decode=self.kv is not None,
         )
+        seconds = config.prefill_chunk_seconds if self.kv is not None else None
+        self.pacer = StepPacer(seconds, config.max_num_prefill_seqs * config.prefill_step_size)
+        self.scheduler.step_token_budget = self.pacer.budget
         # The paged runner runs a step's prefill chunks inside its decode forward.
         self._mixes = getattr(self.runner, "mixes_prefill", False)
         self.stop_checker = StopChecker(tokenizer.eos_token_ids)
@@ -203,6 +207,7 @@ class Engine(EngineInbox, StepRecovery):
     def step(self) -> None:
         """One continuous-batching step: decode the running rows, then the prompt work."""
         self.warm_up()
+        mark = self.pacer.mark(self.metrics)
         try:
             with mx.stream(self._stream):
                 self._step()
@@ -210,6 +215,7 @@ class Engine(EngineInbox, StepRecovery):
             self._recover(exc)
         else:
             self.failed_steps_in_a_row = 0
+            self.scheduler.step_token_budget = self.pacer.after_step(self.metrics, mark)
 
     def _step(self) -> None:
         # Rows down to their last prompt token decode with the batch (paged path).
@@ -288,12 +294,3 @@ class Engine(EngineInbox, StepRecovery):
             self.scheduler.finish(req, status or by_reason or RequestStatus.FINISHED_LENGTH)
             self._requests.pop(req.request_id, None)
         self.runner.remove(reqs)
-
-    def _fail(self, req: Request, message: str) -> None:
-        self._finish([req], RequestStatus.FINISHED_ERROR)
-        self.metrics.count_finish("error")
-        self._sink([CoreOutput(req.request_id, finish_reason="error", error=message)])
-
-    def _abort_all(self, message: str) -> None:
-        for req in list(self._requests.values()):
-            self._fail(req, message)

@@ -20,7 +20,7 @@ _ABORT_STATUS = {
 
 class EngineInbox:
     """Mixed into `Engine` (which provides `_inbox`, the scheduler, `_requests`, `_sink`,
-    `_finish`, `_fail`, metrics and the sampling check)."""
+    `_finish`, metrics and the sampling check)."""
 
     def submit(self, request: Request) -> None:
         """Queue a request whose outputs go to the sink."""
@@ -91,3 +91,13 @@ class EngineInbox:
     def drain_inbox(self) -> None:
         """Apply queued adds and aborts now (for callers that drive `step` themselves)."""
         self._drain_inbox(block=False)
+
+    def _fail(self, req: Request, message: str) -> None:
+        """End a request with an error its client reads."""
+        self._finish([req], RequestStatus.FINISHED_ERROR)
+        self.metrics.count_finish("error")
+        self._sink([CoreOutput(req.request_id, finish_reason="error", error=message)])
+
+    def _abort_all(self, message: str) -> None:
+        for req in list(self._requests.values()):
+            self._fail(req, message)

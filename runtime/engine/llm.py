@@ -52,6 +52,8 @@ class LLM:
         max_num_batched_tokens: most tokens a step runs while sequences decode, decode rows
             included (paged path; None: no budget).
         chat_template: replaces the tokenizer's chat template.
+        prefill_chunk_seconds: how long a step with prompt work may take (paged path): prompt
+            chunks are sized to fit and shared among prompts; None turns it off.
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class LLM:
         kv_bits_k: int | None = None,
         kv_bits_v: int | None = None,
         kv_group_size: int = 64,
+        prefill_chunk_seconds: float | None = 0.5,
     ):
         config = EngineConfig(
             kv_paged=kv_paged,
@@ -93,6 +96,7 @@ class LLM:
             kv_bits_k=kv_bits_k,
             kv_bits_v=kv_bits_v,
             kv_group_size=kv_group_size,
+            prefill_chunk_seconds=prefill_chunk_seconds,
         )
         self.model, self.tokenizer, self.model_id, model_config = load_model(model, chat_template)
         self.engine = Engine(self.model, self.tokenizer, config, model_config)

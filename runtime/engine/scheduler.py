@@ -1,5 +1,5 @@
-"""Continuous-batching scheduler: decides, every step, which requests decode, join, start and
-prefill. Pure Python; it never touches MLX, so its policy is unit-tested exactly.
+"""Continuous-batching scheduler: which requests decode, join, start and prefill each step.
+Pure Python; it never touches MLX, so its policy is unit-tested exactly.
 
 The rule, per step (mlx-lm's BatchGenerator order, so the contiguous path matches it token for
 token):
@@ -12,7 +12,8 @@ token):
   4. every other prefilling request gets a chunk of at most `prefill_step_size` prompt tokens,
      FCFS, within the step's token budget (`max_num_batched_tokens`) when rows decode: the
      decode rows and starting requests count one token each, so a long prompt is prefilled in
-     chunks between decode steps instead of stalling them.
+     chunks between decode steps instead of stalling them. On the paged path the engine's
+     pacer also sets a budget for every step (`StepPacer`), shared equally among prompts.
 The paged engine plans 2-4 before the step's decode forward and runs the chunks inside it.
 A request that is not batchable (a fixed seed) waits at the head of the queue until nothing else
 runs, then runs alone; nothing joins it until it finishes.
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mlx_paged.engine.request import Request, RequestStatus
+from mlx_paged.engine.step_pacer import MIN_TOKENS
 
 
 class KVSpace(Protocol):
@@ -108,6 +110,8 @@ class Scheduler:
         self.max_num_prefill_seqs = max_num_prefill_seqs
         self.prefill_step_size = prefill_step_size
         self.kv = kv
+        # Tokens the next step may run, set by the engine's pacer (None: not paced).
+        self.step_token_budget: int | None = None
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.running: list[Request] = []
@@ -211,6 +215,10 @@ class Scheduler:
         budget = self.max_num_batched_tokens if rows else None
         if budget is not None:
             budget -= rows
+        if self.step_token_budget is not None:
+            paced = max(self.step_token_budget - rows, MIN_TOKENS)
+            out.prefill = self._shared_chunks(paced if budget is None else min(budget, paced))
+            return out
         for req in self.prefilling:
             # The last prompt token is kept back: it starts the request (see start_in_decode).
             n = min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
@@ -223,6 +231,32 @@ class Scheduler:
                 budget -= n
             req.num_computed_tokens += n
             out.prefill.append((req, n))
+        return out
+
+    def _shared_chunks(self, budget: int) -> list[tuple[Request, int]]:
+        """Prompt chunks within a paced step's `budget`: each prefilling request gets an equal
+        share first (so a short prompt is not queued behind a long one's chunks), then what
+        is left goes to them in arrival order; chunks cut short end on `prefill_align`."""
+        wants = []
+        for req in self.prefilling:  # the last prompt token is kept back, as below
+            n = min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
+            if n >= 1:
+                wants.append((req, n))
+        if not wants:
+            return []
+        grants = [min(n, budget // len(wants)) for _, n in wants]
+        left = budget - sum(grants)
+        for i, (_, n) in enumerate(wants):
+            extra = min(n - grants[i], left)
+            grants[i] += extra
+            left -= extra
+        out = []
+        for (req, n), grant in zip(wants, grants):
+            if grant < n:
+                grant = self._cut_to_budget(req.num_computed_tokens, n, grant, not out)
+            if grant >= 1:
+                req.num_computed_tokens += grant
+                out.append((req, grant))
         return out
 
     def schedule_starting(self) -> list[Request]:

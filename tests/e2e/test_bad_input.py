@@ -195,7 +195,8 @@ def test_openai_client_surfaces_the_error(client):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_memory_returns_after_large_bodies_parsed_at_once(server):
     """Twenty 4 MB bodies of small integers at a time (their objects take ten times their
-    bytes), twice: the front process ends near where it started."""
+    bytes), twice: the front process ends near where it started (it kept about 300 MiB when
+    they were parsed at once in glibc's heaps)."""
     body = {"model": "nope", "messages": MSG, "pad": list(range(10**6, 10**6 + 440_000))}
     raw = json.dumps(body).encode()
     assert 3_900_000 < len(raw) < 4 * 2**20
@@ -212,4 +213,4 @@ def test_memory_returns_after_large_bodies_parsed_at_once(server):
             )
             assert {status for status, _ in replies} <= {404, 503}  # served, or over the budget
     grown = rss() - before
-    assert grown < 48 * 2**20, f"the front process kept {grown / 2**20:.0f} MiB"
+    assert grown < 96 * 2**20, f"the front process kept {grown / 2**20:.0f} MiB"

@@ -156,3 +156,36 @@ def test_a_chunk_the_budget_cuts_ends_on_an_aligned_position():
     assert s._cut_to_budget(5, 10, 20, first=False) == 10  # fits: not cut
     assert s._cut_to_budget(0, 100, 4, first=False) == 0  # waits for the next step
     assert s._cut_to_budget(0, 100, 4, first=True) == 4  # but the step's first progresses
+
+
+def test_a_paced_step_shares_its_budget_equally_then_in_order():
+    s = Scheduler(max_num_seqs=8, max_num_prefill_seqs=4, prefill_step_size=2048)
+    s.step_token_budget = 100
+    long, short = req("long", 1000), req("short", 11)
+    s.add_request(long)
+    assert plan_view(s.schedule_prompts()) == (["long"], [], [("long", 100)])
+    s.add_request(short)  # arrives while the long prompt is prefilled
+    # Equal shares of 50: the short one needs 10 (its last token starts it); the rest is long's.
+    assert plan_view(s.schedule_prompts()) == (["short"], [], [("long", 90), ("short", 10)])
+    # The starting request's token counts against the budget.
+    assert plan_view(s.schedule_prompts()) == ([], ["short"], [("long", 99)])
+    assert long.num_computed_tokens == 289
+
+
+def test_a_paced_step_keeps_prompt_room_beside_many_decode_rows():
+    s = Scheduler(max_num_seqs=64, max_num_prefill_seqs=4, prefill_step_size=2048)
+    s.step_token_budget = 40
+    s.add_request(req("p", 500))
+    # 60 rows decode: more than the budget, yet the prompt gets its floor of 4 tokens.
+    assert plan_view(s.schedule_prompts(num_decode_rows=60)) == (["p"], [], [("p", 4)])
+
+
+def test_a_paced_chunk_cut_short_ends_on_the_alignment():
+    s = Scheduler(max_num_seqs=8, max_num_prefill_seqs=4, prefill_step_size=2048, prefill_align=64)
+    s.step_token_budget = 100
+    a, b = req("a", 1000), req("b", 1000)
+    s.add_request(a)
+    s.add_request(b)
+    # Shares of 50 each: a's cut to 0 would stall it, so as the step's first it keeps 50
+    # unaligned; b, not first, is cut to a multiple of 64 (none fits): it waits.
+    assert plan_view(s.schedule_prompts()) == (["a", "b"], [], [("a", 50)])

@@ -1,0 +1,65 @@
+"""Prompt chunks sized by time, so that no step runs much longer than `prefill_chunk_seconds`.
+
+A step is the engine's unit of attention: a hang-up, an abort, a new request and every other
+stream's next token wait for it to end. A fixed token budget cannot serve both a GPU that
+prefills 2,048 tokens in 50 ms and a CPU that needs 0.1 s a token. So the pacer measures what a
+step's tokens cost (prompt chunks and decode rows alike) and offers the next step the tokens
+that fit the target: a power of two (few distinct attention shapes), at least `MIN_TOKENS`.
+"""
+
+from __future__ import annotations
+
+import time
+
+MIN_TOKENS = 4  # prompts always progress, whatever a token costs
+SMOOTHING = 0.5  # weight of the newest step in the seconds-per-token estimate
+
+
+def _floor_pow2(n: float) -> int:
+    return 1 << (max(int(n), 1).bit_length() - 1)
+
+
+class StepPacer:
+    """The token budget of the next step.
+
+    Args:
+        target_seconds: how long a step with prompt work may take; None turns pacing off.
+        max_tokens: the budget's ceiling (the scheduler's own limits still apply).
+    """
+
+    def __init__(self, target_seconds: float | None, max_tokens: int):
+        self.target_seconds = target_seconds
+        self.max_tokens = max(max_tokens, MIN_TOKENS)
+        self.seconds_per_token: float | None = None
+
+    @property
+    def budget(self) -> int | None:
+        """Tokens the next step may run (None: no pacing). Before any measurement, the
+        floor: the first step of a slow device must not be the one that stalls."""
+        if self.target_seconds is None:
+            return None
+        if self.seconds_per_token is None:
+            return MIN_TOKENS
+        fit = self.target_seconds / self.seconds_per_token
+        return max(MIN_TOKENS, min(_floor_pow2(fit), _floor_pow2(self.max_tokens)))
+
+    def observe(self, num_tokens: int, seconds: float) -> None:
+        """Record a step that ran `num_tokens` tokens (prompt and decode) in `seconds`."""
+        if self.target_seconds is None or num_tokens < 1 or seconds <= 0:
+            return
+        cost = seconds / num_tokens
+        old = self.seconds_per_token
+        self.seconds_per_token = cost if old is None else old + SMOOTHING * (cost - old)
+
+    def mark(self, metrics) -> tuple[int, int, float]:
+        """What `after_step` compares with: the engine's token counters and the time now."""
+        return metrics.prompt_tokens_total, metrics.generation_tokens_total, time.perf_counter()
+
+    def after_step(self, metrics, mark: tuple[int, int, float]) -> int | None:
+        """Observe the step since `mark` if it ran prompt work (what the budget paces: steps
+        of decode rows alone cost their fixed overhead); returns the next step's budget."""
+        prompt, generated, tic = mark
+        if metrics.prompt_tokens_total > prompt:
+            tokens = metrics.prompt_tokens_total - prompt + metrics.generation_tokens_total
+            self.observe(tokens - generated, time.perf_counter() - tic)
+        return self.budget

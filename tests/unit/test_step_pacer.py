@@ -1,0 +1,41 @@
+"""The pacer sizes prompt chunks from measured step times: exact arithmetic."""
+
+from types import SimpleNamespace
+
+from mlx_paged.engine.step_pacer import MIN_TOKENS, StepPacer
+
+
+def test_off_without_a_target():
+    pacer = StepPacer(None, 4096)
+    pacer.observe(100, 1.0)
+    assert pacer.budget is None
+
+
+def test_starts_at_the_floor_then_fits_the_target_in_powers_of_two():
+    pacer = StepPacer(0.5, 16384)
+    assert pacer.budget == MIN_TOKENS  # a slow device's first step must not stall
+    pacer.observe(100, 0.01)  # 0.1 ms a token: 5,000 fit, 4,096 as a power of two
+    assert pacer.budget == 4096
+    pacer.observe(4096, 4096 * 0.0003)  # the estimate moves halfway: 0.2 ms -> 2,048
+    assert abs(pacer.seconds_per_token - 0.0002) < 1e-12 and pacer.budget == 2048
+
+
+def test_clamped_to_the_ceiling_and_the_floor():
+    pacer = StepPacer(0.5, 3000)
+    pacer.observe(1000, 0.001)  # 1 us a token: 500,000 fit; the ceiling is 2,048 (pow2)
+    assert pacer.budget == 2048
+    slow = StepPacer(0.5, 3000)
+    slow.observe(10, 5.0)  # 0.5 s a token (a CPU): one would fit; the floor holds
+    assert slow.budget == MIN_TOKENS
+
+
+def test_only_steps_with_prompt_work_are_observed():
+    pacer = StepPacer(0.5, 16384)
+    metrics = SimpleNamespace(prompt_tokens_total=10, generation_tokens_total=5)
+    mark = pacer.mark(metrics)
+    metrics.generation_tokens_total = 69  # a decode-only step: its fixed cost says nothing
+    assert pacer.after_step(metrics, mark) == MIN_TOKENS and pacer.seconds_per_token is None
+    mark = pacer.mark(metrics)
+    metrics.prompt_tokens_total, metrics.generation_tokens_total = 110, 73  # 100 + 4 tokens
+    pacer.after_step(metrics, mark)
+    assert pacer.seconds_per_token is not None and pacer.seconds_per_token > 0
