@@ -5,8 +5,7 @@ The rule, per step (mlx-lm's BatchGenerator order, so the contiguous path matche
 token):
   1. every RUNNING request decodes one token (`schedule_decode`); requests that finish leave;
   2. then (`schedule_prompts`), if fewer than `max_num_seqs` are running, WAITING requests join
-     the prefill batch (at most
-     `max_num_prefill_seqs` prefilling at once, FCFS, and only if the KV path can admit them);
+     the prefill batch (at most `max_num_prefill_seqs` at once, FCFS, if the KV path admits);
   3. prefilling requests with exactly their last prompt token left start generating: that token
      runs through the model on its own and the request becomes RUNNING (it decodes next step);
   4. every other prefilling request gets a chunk of at most `prefill_step_size` prompt tokens,
@@ -16,7 +15,7 @@ token):
      pacer also sets a budget for every step (`StepPacer`), shared equally among prompts.
 The paged engine plans 2-4 before the step's decode forward and runs the chunks inside it.
 A request that is not batchable (a fixed seed) waits at the head of the queue until nothing else
-runs, then runs alone; nothing joins it until it finishes.
+runs, then runs alone until it finishes.
 
 With a paged KV path (`kv`), admission also needs the request's prompt blocks (prefix-cache hits
 count as computed), and every decode row needs a slot for its next token: when the pool runs
@@ -110,8 +109,7 @@ class Scheduler:
         self.max_num_prefill_seqs = max_num_prefill_seqs
         self.prefill_step_size = prefill_step_size
         self.kv = kv
-        # Tokens the next step may run, set by the engine's pacer (None: not paced).
-        self.step_token_budget: int | None = None
+        self.step_token_budget: int | None = None  # set by the engine's pacer; None: not paced
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.running: list[Request] = []
@@ -234,9 +232,9 @@ class Scheduler:
         return out
 
     def _shared_chunks(self, budget: int) -> list[tuple[Request, int]]:
-        """Prompt chunks within a paced step's `budget`: each prefilling request gets an equal
-        share first (so a short prompt is not queued behind a long one's chunks), then what
-        is left goes to them in arrival order; chunks cut short end on `prefill_align`."""
+        """Prompt chunks within a paced step's `budget`: prefilling requests get equal shares
+        first (so a short prompt is not queued behind a long one's chunks), then what is left
+        goes to them in arrival order; chunks cut short end on `prefill_align`."""
         wants = []
         for req in self.prefilling:  # the last prompt token is kept back, as below
             n = min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
@@ -244,7 +242,10 @@ class Scheduler:
                 wants.append((req, n))
         if not wants:
             return []
-        grants = [min(n, budget // len(wants)) for _, n in wants]
+        # Shares of at least `prefill_align`, for as many requests as they fit, in order.
+        num_shares = max(1, min(len(wants), budget // self.prefill_align))
+        grants = [min(n, budget // num_shares) for _, n in wants[:num_shares]]
+        grants += [0] * (len(wants) - num_shares)
         left = budget - sum(grants)
         for i, (_, n) in enumerate(wants):
             extra = min(n - grants[i], left)

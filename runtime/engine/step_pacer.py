@@ -51,15 +51,20 @@ class StepPacer:
         old = self.seconds_per_token
         self.seconds_per_token = cost if old is None else old + SMOOTHING * (cost - old)
 
-    def mark(self, metrics) -> tuple[int, int, float]:
-        """What `after_step` compares with: the engine's token counters and the time now."""
-        return metrics.prompt_tokens_total, metrics.generation_tokens_total, time.perf_counter()
+    def mark(self, metrics) -> tuple[int, int, float, int | None]:
+        """What `after_step` compares with: the engine's token counters, the time now and the
+        budget the step runs under."""
+        return (metrics.prompt_tokens_total, metrics.generation_tokens_total,
+                time.perf_counter(), self.budget)  # fmt: skip
 
-    def after_step(self, metrics, mark: tuple[int, int, float]) -> int | None:
-        """Observe the step since `mark` if it ran prompt work (what the budget paces: steps
-        of decode rows alone cost their fixed overhead); returns the next step's budget."""
-        prompt, generated, tic = mark
-        if metrics.prompt_tokens_total > prompt:
-            tokens = metrics.prompt_tokens_total - prompt + metrics.generation_tokens_total
-            self.observe(tokens - generated, time.perf_counter() - tic)
+    def after_step(self, metrics, mark: tuple[int, int, float, int | None]) -> int | None:
+        """Observe the step since `mark` if it had prompt work and its tokens (prompt and decode
+        rows) filled at least half its budget: a step of a few tokens (prompts' last tokens)
+        costs mostly its fixed overhead and would undersize the next chunks. Returns the next
+        step's budget."""
+        prompt, generated, tic, budget = mark
+        num_prompt = metrics.prompt_tokens_total - prompt
+        num_tokens = num_prompt + metrics.generation_tokens_total - generated
+        if budget is not None and num_prompt > 0 and 2 * num_tokens >= budget:
+            self.observe(num_tokens, time.perf_counter() - tic)
         return self.budget

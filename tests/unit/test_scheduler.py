@@ -180,12 +180,13 @@ def test_a_paced_step_keeps_prompt_room_beside_many_decode_rows():
     assert plan_view(s.schedule_prompts(num_decode_rows=60)) == (["p"], [], [("p", 4)])
 
 
-def test_a_paced_chunk_cut_short_ends_on_the_alignment():
+def test_paced_shares_are_whole_alignments_for_as_many_requests_as_fit():
     s = Scheduler(max_num_seqs=8, max_num_prefill_seqs=4, prefill_step_size=2048, prefill_align=64)
-    s.step_token_budget = 100
-    a, b = req("a", 1000), req("b", 1000)
-    s.add_request(a)
-    s.add_request(b)
-    # Shares of 50 each: a's cut to 0 would stall it, so as the step's first it keeps 50
-    # unaligned; b, not first, is cut to a multiple of 64 (none fits): it waits.
-    assert plan_view(s.schedule_prompts()) == (["a", "b"], [], [("a", 50)])
+    s.step_token_budget = 150
+    a, b, c = req("a", 1000), req("b", 1000), req("c", 1000)
+    for r in (a, b, c):
+        s.add_request(r)
+    # Two shares of 75 fit 64-token alignments; each is cut to 64, c waits for the next step.
+    assert plan_view(s.schedule_prompts()) == (["a", "b", "c"], [], [("a", 64), ("b", 64)])
+    s.step_token_budget = 40  # below one alignment: the step's first keeps it, unaligned
+    assert plan_view(s.schedule_prompts()) == ([], [], [("a", 40)])

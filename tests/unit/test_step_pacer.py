@@ -29,13 +29,18 @@ def test_clamped_to_the_ceiling_and_the_floor():
     assert slow.budget == MIN_TOKENS
 
 
-def test_only_steps_with_prompt_work_are_observed():
+def test_only_steps_with_prompt_work_filling_half_the_budget_are_observed():
     pacer = StepPacer(0.5, 16384)
     metrics = SimpleNamespace(prompt_tokens_total=10, generation_tokens_total=5)
     mark = pacer.mark(metrics)
     metrics.generation_tokens_total = 69  # a decode-only step: its fixed cost says nothing
     assert pacer.after_step(metrics, mark) == MIN_TOKENS and pacer.seconds_per_token is None
     mark = pacer.mark(metrics)
-    metrics.prompt_tokens_total, metrics.generation_tokens_total = 110, 73  # 100 + 4 tokens
+    metrics.prompt_tokens_total, metrics.generation_tokens_total = 14, 73  # 4 prompt tokens
     pacer.after_step(metrics, mark)
     assert pacer.seconds_per_token is not None and pacer.seconds_per_token > 0
+    pacer.seconds_per_token = 0.0001  # a budget of 4,096
+    mark = pacer.mark(metrics)
+    metrics.prompt_tokens_total += 64  # 64 prompts' last tokens start (and sample 64 tokens):
+    metrics.generation_tokens_total += 64  # far below the budget
+    assert pacer.after_step(metrics, mark) == 4096 and pacer.seconds_per_token == 0.0001
