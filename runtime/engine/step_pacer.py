@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 MIN_TOKENS = 4  # prompts always progress, whatever a token costs
-SMOOTHING = 0.5  # weight of the newest step in the seconds-per-token estimate
+SMOOTHING = 0.5  # weight of a dearer step in the seconds-per-token estimate
 
 
 def _floor_pow2(n: float) -> int:
@@ -49,7 +49,13 @@ class StepPacer:
             return
         cost = seconds / num_tokens
         old = self.seconds_per_token
-        self.seconds_per_token = cost if old is None else old + SMOOTHING * (cost - old)
+        # A cheaper token is believed at once (larger chunks amortise a step's fixed cost, so
+        # the budget climbs in a few steps); a dearer one halfway (one slow step, a graph
+        # build, must not collapse the budget).
+        if old is None or cost < old:
+            self.seconds_per_token = cost
+        else:
+            self.seconds_per_token = old + SMOOTHING * (cost - old)
 
     def mark(self, metrics) -> tuple[int, int, float, int | None]:
         """What `after_step` compares with: the engine's token counters, the time now and the

@@ -16,8 +16,10 @@ def test_starts_at_the_floor_then_fits_the_target_in_powers_of_two():
     assert pacer.budget == MIN_TOKENS  # a slow device's first step must not stall
     pacer.observe(100, 0.01)  # 0.1 ms a token: 5,000 fit, 4,096 as a power of two
     assert pacer.budget == 4096
-    pacer.observe(4096, 4096 * 0.0003)  # the estimate moves halfway: 0.2 ms -> 2,048
+    pacer.observe(4096, 4096 * 0.0003)  # dearer: the estimate moves halfway, 0.2 ms -> 2,048
     assert abs(pacer.seconds_per_token - 0.0002) < 1e-12 and pacer.budget == 2048
+    pacer.observe(2048, 2048 * 0.00005)  # cheaper: believed at once, 10,000 fit -> 8,192
+    assert pacer.seconds_per_token == 0.00005 and pacer.budget == 8192
 
 
 def test_clamped_to_the_ceiling_and_the_floor():
