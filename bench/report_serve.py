@@ -88,7 +88,10 @@ def prefill(run: dict) -> str:
 What: {run["batch"]} uncached prompts of {run["prompt_tokens"]} random tokens to their first
 token, on a {run["model"]}: the paged engine (prefix caching off) against mlx-lm's
 `BatchGenerator`, with the same number of prompts prefilling at once; prefill tokens/s =
-prompts x prompt tokens / time, median of {run["repeats"]} after a warm-up.
+prompts x prompt tokens / time, median of {run["repeats"]} after a warm-up. The engine paces
+its prompt chunks to steps of at most 0.5 s (`--prefill-chunk-seconds`), which these sizes do
+not reach on a GPU; its pacer starts each engine at small chunks and learns the step cost in a
+few steps, so the first runs of a fresh engine are slower (the runs are in the JSON).
 
 ```bash
 mlx-paged bench prefill --batch 64 --prompt 512 --prefill-batch 8 64
