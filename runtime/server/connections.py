@@ -49,9 +49,9 @@ class ConnectionGuard:
                 if not waiting:
                     return False
                 _, oldest = min(waiting, key=lambda item: item[0])
-                self._close_read_side(oldest)
+                self._evicted.add(oldest)  # before its reader wakes up to the end-of-file
                 del self._deadlines[oldest]
-                self._evicted.add(oldest)
+                self._close_read_side(oldest)
             self._deadlines[sock] = time.monotonic() + self.request_timeout
         return True
 
