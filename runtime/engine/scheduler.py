@@ -236,7 +236,7 @@ class Scheduler:
         first (so a short prompt is not queued behind a long one's chunks), then what is left
         goes to them in arrival order; chunks cut short end on `prefill_align`."""
         wants = []
-        for req in self.prefilling:  # the last prompt token is kept back, as below
+        for req in self.prefilling:  # the last prompt token is kept back (see schedule_prompts)
             n = min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
             if n >= 1:
                 wants.append((req, n))
