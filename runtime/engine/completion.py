@@ -45,7 +45,10 @@ class ResultBuilder:
 
     def __init__(self, request_id: str, prompt_token_ids: list[int]):
         self.result = CompletionResult(request_id, list(prompt_token_ids), [], "", None)
-        self.finished = False
+
+    @property
+    def finished(self) -> bool:
+        return self.result.finish_reason is not None
 
     def add(self, out: RequestOutput) -> CompletionDelta:
         """The delta `out` makes; raises `GenerationError` when the engine failed the request."""
@@ -57,7 +60,6 @@ class ResultBuilder:
         res.logprobs += out.logprobs
         delta = CompletionDelta(res.request_id, out.text, list(out.token_ids), list(out.logprobs))
         if out.finished:
-            self.finished = True
             res.finish_reason = out.finish_reason
             res.num_cached_tokens = out.num_cached_tokens
             delta.result = res

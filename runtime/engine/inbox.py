@@ -31,10 +31,6 @@ class EngineInbox:
         matched in the front) or "error" (its text failed in the front)."""
         self._inbox.put(("abort", request_id, reason))
 
-    def abort_waiting(self, message: str) -> None:
-        """Fail every request not yet admitted (shutdown: they would not finish in time)."""
-        self._inbox.put(("abort_waiting", message))
-
     def fail_queued_now(self, message: str) -> None:
         """Fail every request not yet admitted at once, from any thread, even while a long
         step runs (shutdown); needs a sink that other threads may call. The engine thread
@@ -63,9 +59,6 @@ class EngineInbox:
     def _apply(self, item: tuple) -> None:
         if item[0] == "add":
             self._add(item[1])
-        elif item[0] == "abort_waiting":
-            for req in list(self.scheduler.waiting):
-                self._fail(req, item[1])
         elif item[0] == "abort":
             req = self._requests.get(item[1])
             if req is not None:

@@ -218,8 +218,7 @@ class Scheduler:
             out.prefill = self._shared_chunks(paced if budget is None else min(budget, paced))
             return out
         for req in self.prefilling:
-            # The last prompt token is kept back: it starts the request (see start_in_decode).
-            n = min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
+            n = self._chunk_want(req)
             if n < 1:  # only its last token left: it starts with the next step's decode
                 continue
             if budget is not None:
@@ -231,15 +230,15 @@ class Scheduler:
             out.prefill.append((req, n))
         return out
 
+    def _chunk_want(self, req: Request) -> int:
+        # The last prompt token is kept back: it starts the request (see start_in_decode).
+        return min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
+
     def _shared_chunks(self, budget: int) -> list[tuple[Request, int]]:
         """Prompt chunks within a paced step's `budget`: prefilling requests get equal shares
         first (so a short prompt is not queued behind a long one's chunks), then what is left
         goes to them in arrival order; chunks cut short end on `prefill_align`."""
-        wants = []
-        for req in self.prefilling:  # the last prompt token is kept back (see schedule_prompts)
-            n = min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
-            if n >= 1:
-                wants.append((req, n))
+        wants = [(req, n) for req in self.prefilling if (n := self._chunk_want(req)) >= 1]
         if not wants:
             return []
         # Shares of at least `prefill_align`, for as many requests as they fit, in order.

@@ -67,7 +67,7 @@ def parse_chat(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
     return ParsedRequest(
         "chat",
         _model_name(body),
-        list(ids),
+        ids,
         params,
         explicit,
         stream,
