@@ -78,6 +78,7 @@ class Engine(EngineInbox, StepRecovery):
                 k_bits=config.k_bits,
                 v_bits=config.v_bits,
                 kv_group_size=config.kv_group_size,
+                max_live_requests=config.max_num_seqs + config.max_num_prefill_seqs,
             )
         else:
             self.runner = ContiguousRunner(model, prefill_step_size=config.prefill_step_size)

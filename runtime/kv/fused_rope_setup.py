@@ -11,7 +11,9 @@ import logging
 
 import mlx.core as mx
 import numpy as np
+from mlx_lm.models.cache import ArraysCache
 
+from mlx_paged.kv.cache_plan import AttentionSlot, CachePlan
 from mlx_paged.kv.kv_layout import KVLayout
 from mlx_paged.kv.paged_cache import (
     PagedAttentionMetadata,
@@ -80,6 +82,8 @@ def _probe_logits(model, layout: KVLayout, block_size: int, freqs) -> mx.array:
         (mx.array([_PROMPT]), [0], np.arange(n), False),
         (mx.array([[4]]), [n], np.array([n]), freqs is not None),
     )
+    plan = layout.plan or CachePlan([AttentionSlot(i) for i in range(layout.num_layers)])
+    states = [ArraysCache(size) for size in plan.state_sizes]  # carried from step to step
     for tokens, start, positions, fused in steps:
         meta = PagedAttentionMetadata(
             block_tables=tables,
@@ -89,6 +93,6 @@ def _probe_logits(model, layout: KVLayout, block_size: int, freqs) -> mx.array:
             num_query_tokens=tokens.shape[1],
             rope_in_attention=fused,
         )
-        caches = [PagedLayerCache(pool, i, meta) for i in range(layout.num_layers)]
+        caches = plan.build(lambda i, m=meta: PagedLayerCache(pool, i, m), states.__getitem__)
         logits = model(tokens, cache=caches)
     return logits[:, -1, :].astype(mx.float32)

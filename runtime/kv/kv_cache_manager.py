@@ -11,6 +11,7 @@ from typing import Protocol
 
 from mlx_paged.kv.block_pool import BlockPool
 from mlx_paged.kv.kv_cache_utils import BlockHash, KVCacheBlock, hash_request_blocks
+from mlx_paged.kv.state_slots import StateSlots
 
 
 class PagedRequest(Protocol):
@@ -32,9 +33,17 @@ class KVCacheManager:
         num_blocks: pool size, the null block included.
         block_size: tokens per block.
         enable_caching: automatic prefix caching (`--no-prefix-caching` turns it off).
+        state_slots: the recurrent-state slots of a hybrid model (None: attention only). Each
+            request then holds a slot too, and a prefix hit needs a state snapshot where it ends.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_caching: bool = True,
+        state_slots: StateSlots | None = None,
+    ):
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
@@ -43,6 +52,7 @@ class KVCacheManager:
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         self.req_to_block_hashes: dict[str, list[BlockHash]] = {}
         self.num_cached_block: dict[str, int] = {}
+        self.state_slots = state_slots
 
     def _block_hashes(self, request: PagedRequest) -> list[BlockHash]:
         """The request's full-block hashes, extended incrementally as tokens arrive."""
@@ -71,6 +81,10 @@ class KVCacheManager:
             if block is None:
                 break
             hits.append(block)
+        if self.state_slots is not None:  # the hit ends where a state snapshot was kept
+            hashes = self.req_to_block_hashes[request.request_id]
+            while hits and not self.state_slots.has_snapshot(hashes[len(hits) - 1]):
+                hits.pop()
         return hits, len(hits) * self.block_size
 
     def num_blocks_needed(
@@ -161,6 +175,8 @@ class KVCacheManager:
         """
         if cache_computed:
             self.cache_blocks(request, request.num_computed_tokens)
+        if self.state_slots is not None:
+            self.state_slots.free_slot(request.request_id)
         blocks = self.req_to_blocks.pop(request.request_id, [])
         self.block_pool.free_blocks(list(reversed(blocks)))
         self.num_cached_block.pop(request.request_id, None)
@@ -171,11 +187,17 @@ class KVCacheManager:
     def admit(self, request) -> bool:
         """Allocate a waiting request's prefill, reusing cached prefix blocks; keeps one block
         spare so running requests are not starved by admissions."""
+        slots = self.state_slots
+        if slots is not None and slots.num_available == 0:
+            return False
         hits, num_hit = self.get_computed_blocks(request)
         num_new = request.num_prefill_tokens - num_hit
         if not self.can_allocate(request, num_new, hits, num_reserved_blocks=1):
             return False
         self.allocate_slots(request, num_new, hits)
+        if slots is not None:
+            restore = self._block_hashes(request)[len(hits) - 1] if hits else None
+            slots.allocate(request.request_id, restore)
         request.num_computed_tokens = num_hit
         if not request.output_token_ids:  # a resumed request's hit may cover its own output
             request.num_cached_tokens = num_hit
@@ -191,6 +213,20 @@ class KVCacheManager:
         if blocks and request.num_computed_tokens < len(blocks) * self.block_size:
             return True
         return self.allocate_slots(request, 1) is not None
+
+    def save_state_snapshot(self, request: PagedRequest, num_tokens: int) -> int | None:
+        """A slot for the request's state after its first `num_tokens` tokens (a multiple of
+        the block size), kept for the prefix cache; None when none is to be kept."""
+        if self.state_slots is None or not self.enable_caching:
+            return None
+        hashes = self._block_hashes(request)
+        return self.state_slots.save_snapshot(hashes[num_tokens // self.block_size - 1])
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached block and state snapshot (the pool's contents were lost)."""
+        self.block_pool.reset_prefix_cache()
+        if self.state_slots is not None:
+            self.state_slots.reset_snapshots()
 
     def get_blocks(self, request: PagedRequest) -> list[KVCacheBlock]:
         """The request's blocks: the manager's own list, which grows in place while the request

@@ -1,10 +1,11 @@
 """What a model's attention looks like to the paged path, found by running it.
 
-The paged path can serve a model only when every layer caches K and V of one shape through
-`update_and_fetch` and then attends through mlx-lm's `scaled_dot_product_attention` to exactly
-the K and V the cache returned, with no mask array of its own: the attention hook reads the pages
-instead and builds its own mask. A probe forward (one token, then two) with recording caches
-checks that, and refuses anything else with the reason.
+The paged path can serve a model only when every attention layer caches K and V of one shape
+through `update_and_fetch` and then attends through mlx-lm's `scaled_dot_product_attention` to
+exactly the K and V the cache returned, with no mask array of its own: the attention hook reads
+the pages instead and builds its own mask. Layers that keep recurrent or convolution state
+(`ArraysCache`) get state slots; the probe records the arrays they keep. A probe forward (one
+token, then two) with recording caches checks that, and refuses anything else with the reason.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlx.core as mx
-from mlx_lm.models.cache import KVCache, RotatingKVCache
+from mlx_lm.models.cache import ArraysCache
 
-PAGEABLE_CACHES = (KVCache, RotatingKVCache)
+from mlx_paged.kv.cache_plan import CachePlan, plan_caches
+
 _OFF = "use --kv-paged off"
 
 
@@ -52,63 +54,71 @@ class KVLayout:
     num_heads: int | None  # query heads (None when they differ between layers)
     query_dtype: mx.Dtype | None
     sliding_window: bool  # some layer attends through a sliding window
+    plan: CachePlan | None = None  # the model's caches as attention and state slots
+    # Per state layer, the (shape, dtype) of each array one request keeps.
+    state: tuple = ()
 
 
-def _check_cache_types(model) -> None:
-    if not hasattr(model, "make_cache"):
-        return
-    kinds = {type(c).__name__ for c in model.make_cache() if not isinstance(c, PAGEABLE_CACHES)}
-    if kinds:
-        raise ValueError(
-            f"this model's layers keep state other than a K/V cache "
-            f"({', '.join(sorted(kinds))}: recurrent, convolution or compressed "
-            f"state), which the paged KV path cannot hold: {_OFF}"
-        )
-
-
-def _probe(model, num_tokens: int, windows: set) -> list[_ProbeCache]:
-    caches = [_ProbeCache(windows) for _ in range(len(model.layers))]
+def _probe(model, plan: CachePlan, num_tokens: int, windows: set):
+    """One forward of `num_tokens` with recording K/V caches and fresh state caches; returns
+    both, checked."""
+    caches = [_ProbeCache(windows) for _ in range(plan.num_attention)]
+    states = [ArraysCache(size) for size in plan.state_sizes]
     try:
-        mx.eval(model(mx.zeros((1, num_tokens), dtype=mx.int32), cache=caches))
+        tokens = mx.zeros((1, num_tokens), dtype=mx.int32)
+        mx.eval(model(tokens, cache=plan.build(caches.__getitem__, states.__getitem__)))
     except Exception as exc:  # a layer that needs a cache of another kind
         raise ValueError(
-            f"this model's forward fails with a plain per-layer K/V cache "
+            f"this model's forward fails with paged K/V caches and state slots "
             f"({type(exc).__name__}: {exc}), so the paged KV path cannot serve it: "
             f"{_OFF}"
         ) from exc
     for i, cache in enumerate(caches):
-        if len(cache.fetched) != 1 or len(cache.attended) != 1:
+        _check_attention_layer(i, cache)
+    for j, state in enumerate(states):
+        if any(a is None for a in state.cache):
             raise ValueError(
-                f"layer {i} cached K/V {len(cache.fetched)} times and attended "
-                f"through mlx-lm's scaled_dot_product_attention "
-                f"{len(cache.attended)} times per forward (the paged path needs "
-                f"once each): {_OFF}"
+                f"state layer {j} left some of its arrays unset after a forward, so its state "
+                f"slot would be incomplete: {_OFF}"
             )
-        _, _, exact, mask_array = cache.attended[0]
-        if not exact:
-            raise ValueError(
-                f"layer {i} attends to K/V other than the ones it cached (computed "
-                f"from them afterwards), which paged attention cannot read from "
-                f"the pages: {_OFF}"
-            )
-        if mask_array:
-            raise ValueError(
-                f"layer {i} attends with a mask array of its own, which paged "
-                f"attention would ignore: {_OFF}"
-            )
-    return caches
+    return caches, states
+
+
+def _check_attention_layer(i: int, cache: _ProbeCache) -> None:
+    if len(cache.fetched) != 1 or len(cache.attended) != 1:
+        raise ValueError(
+            f"attention layer {i} cached K/V {len(cache.fetched)} times and attended "
+            f"through mlx-lm's scaled_dot_product_attention "
+            f"{len(cache.attended)} times per forward (the paged path needs "
+            f"once each): {_OFF}"
+        )
+    _, _, exact, mask_array = cache.attended[0]
+    if not exact:
+        raise ValueError(
+            f"attention layer {i} attends to K/V other than the ones it cached (computed "
+            f"from them afterwards), which paged attention cannot read from "
+            f"the pages: {_OFF}"
+        )
+    if mask_array:
+        raise ValueError(
+            f"attention layer {i} attends with a mask array of its own, which paged "
+            f"attention would ignore: {_OFF}"
+        )
 
 
 def probe_kv_layout(model) -> KVLayout:
-    """The K/V layout the model writes, seen on one- and two-token forwards.
+    """The K/V layout the model writes, and the arrays its state layers keep, seen on one- and
+    two-token forwards.
 
     Raises:
         ValueError: the model cannot run on the paged path, saying why and what to use instead.
     """
-    _check_cache_types(model)
+    plan = plan_caches(model)
+    if plan.num_attention == 0:
+        raise ValueError(f"this model has no attention layers, so it has no use for pages: {_OFF}")
     windows: set = set()
-    _probe(model, 2, windows)
-    caches = _probe(model, 1, windows)
+    _probe(model, plan, 2, windows)
+    caches, states = _probe(model, plan, 1, windows)
     seen = [c.fetched[0] for c in caches]
     shapes = {(k.shape[1], k.shape[3], v.shape[3]) for k, v in seen}
     if len(shapes) != 1:
@@ -121,6 +131,7 @@ def probe_kv_layout(model) -> KVLayout:
         raise ValueError(f"the paged KV path needs equal K and V head sizes: {_OFF}")
     queries = {c.attended[0][:2] for c in caches}
     num_heads, q_dtype = queries.pop() if len(queries) == 1 else (None, None)
+    state = tuple(tuple((a.shape[1:], a.dtype) for a in s.cache) for s in states)
     return KVLayout(
         len(seen),
         heads,
@@ -129,4 +140,6 @@ def probe_kv_layout(model) -> KVLayout:
         num_heads,
         q_dtype,
         any(w is not None for w in windows),
+        plan,
+        state,
     )

@@ -14,6 +14,8 @@ from mlx_paged.kv.kv_cache_manager import KVCacheManager
 from mlx_paged.kv.kv_layout import KVLayout, probe_kv_layout
 from mlx_paged.kv.paged_cache import PagedKVPool
 from mlx_paged.kv.prefill_shapes import PrefillShapes
+from mlx_paged.kv.state_pool import StatePool, slot_bytes
+from mlx_paged.kv.state_slots import StateSlots
 from mlx_paged.models.weight_views import cache_weight_views
 from mlx_paged.runner.paged_runner import PagedRunner
 
@@ -125,7 +127,7 @@ def kv_bytes_per_token(layout: KVLayout, k_bits: int, v_bits: int, group_size: i
     return layout.num_layers * per_layer
 
 
-def _log_pool(pool: PagedKVPool, token_bytes: int, prefix_caching: bool) -> None:
+def _log_pool(pool: PagedKVPool, token_bytes: int, prefix_caching: bool, states=None) -> None:
     def bits(b: int) -> str:
         return "16-bit" if b == 16 else f"{b}-bit in groups of {pool.group_size}"
 
@@ -135,18 +137,32 @@ def _log_pool(pool: PagedKVPool, token_bytes: int, prefix_caching: bool) -> None
         pool.num_blocks - 1, pool.block_size, pool.nbytes / 2**20, token_bytes,
         bits(pool.k_bits), bits(pool.v_bits), "on" if prefix_caching else "off",
     )  # fmt: skip
+    if states is not None:
+        logger.info(
+            "recurrent state: %d slots (one per live request, as many for prefix-cache "
+            "snapshots, plus the null slot) x %.2f MiB over %d state layers (%.1f MiB)",
+            states.num_slots, states.slot_bytes / 2**20, len(states.layout), states.nbytes / 2**20,
+        )  # fmt: skip
 
 
-def _pool_blocks(block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens) -> int:
-    """Blocks in the pool: `num_blocks`, else the budget's worth (see `build_paged_path`)."""
+def _pool_blocks(
+    block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens, state_bytes=0
+) -> int:
+    """Blocks in the pool: `num_blocks`, else the budget's worth after the `state_bytes` of
+    the recurrent-state pool (see `build_paged_path`)."""
     flag = "--kv-budget" if num_blocks is None else "--num-blocks"
     if num_blocks is None:
         budget = kv_budget_bytes
         if budget is None:
             budget = int(device_memory_bytes() * DEFAULT_MEMORY_FRACTION)
             if max_num_tokens is not None:
-                budget = min(budget, (max_num_tokens // block_size + 2) * block_bytes)
-        num_blocks = budget // block_bytes
+                budget = min(budget, (max_num_tokens // block_size + 2) * block_bytes + state_bytes)
+        if budget < state_bytes:
+            raise ValueError(
+                f"the KV budget ({budget} bytes) does not hold the recurrent-state slots "
+                f"({state_bytes} bytes): raise --kv-budget or lower --decode-concurrency"
+            )
+        num_blocks = (budget - state_bytes) // block_bytes
     if num_blocks < 2:
         raise ValueError(
             f"the KV pool holds {num_blocks} blocks of {block_bytes} bytes; "
@@ -170,6 +186,7 @@ def build_paged_path(
     k_bits: int = 16,
     v_bits: int = 16,
     kv_group_size: int = 64,
+    max_live_requests: int = 64,
 ) -> tuple[PagedRunner, KVCacheManager]:
     """Check the model, size the pool and return (runner, kv manager).
 
@@ -179,7 +196,9 @@ def build_paged_path(
     per `fused_rope` (see `enable_fused_rope`); `compile_decode` replays decode steps from
     `mx.compile` traces ("auto": with the generated kernels, whose hosts gain from it). K and V
     pages hold `k_bits`/`v_bits` per value (16: the model's dtype; 8 or 4: quantized in groups
-    of `kv_group_size`, see `QuantizedKVPages`).
+    of `kv_group_size`, see `QuantizedKVPages`). A hybrid model's recurrent state takes
+    `state_pool_slots(max_live_requests)` slots of the budget: one per running or prefilling
+    request, as many again for prefix-cache snapshots.
     """
     check_model_supported(model_type)
     install_attention_hook()
@@ -187,7 +206,11 @@ def build_paged_path(
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
     check_kv_quantization(k_bits, v_bits, kv_group_size, layout.head_dim)
     block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size)
-    num_blocks = _pool_blocks(block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens)
+    num_slots = state_pool_slots(max_live_requests) if layout.state else 0
+    state_bytes = num_slots * slot_bytes(layout.state)
+    num_blocks = _pool_blocks(
+        block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens, state_bytes
+    )
     pool = PagedKVPool(layout.num_layers, num_blocks, block_size, layout.num_kv_heads,
                        layout.head_dim, layout.dtype, k_bits, v_bits, kv_group_size)  # fmt: skip
     bits = (k_bits, v_bits, kv_group_size if min(k_bits, v_bits) < 16 else 0)
@@ -198,9 +221,17 @@ def build_paged_path(
     rope = enable_fused_rope(model, layout, pool, fused_rope)
     if pool.decode_backend is not None:
         warm_up_kernels(pool.decode_backend, layout, block_size, rope, bits)
-    kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching)
-    _log_pool(pool, block_bytes // block_size, enable_prefix_caching)
+    states = StatePool(layout.state, num_slots) if num_slots else None
+    slots = StateSlots(num_slots, enable_prefix_caching) if num_slots else None
+    kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching, slots)
+    _log_pool(pool, block_bytes // block_size, enable_prefix_caching, states)
     compiled = compile_decode == "on" or (
         compile_decode == "auto" and pool.decode_backend is not None
     )
-    return PagedRunner(model, pool, kv, compiled), kv
+    return PagedRunner(model, pool, kv, compiled, layout.plan, states), kv
+
+
+def state_pool_slots(max_live_requests: int) -> int:
+    """Slots of a hybrid's state pool: one per live request, as many for snapshots, and the
+    null slot."""
+    return 2 * max_live_requests + 1

@@ -6,7 +6,7 @@ repeat because the runner pads the batch and the block tables to powers of two
 
 The pages go in and come out of the traced function (the page writes stay scatters that reuse
 the pool's buffers), and so do the fused split-K kernel's partition counters, which chain from
-call to call.
+call to call. A hybrid's state arrays go in and out the same way, with each row's state slot.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections import Counter
 import mlx.core as mx
 
 from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedKVPool
+from mlx_paged.kv.state_pool import StatePool
 
 
 class CompiledDecode:
@@ -25,11 +26,13 @@ class CompiledDecode:
         forward: the eager forward, `(tokens (B, 1), meta) -> logits (B, 1, V)`, writing the
             pool's pages.
         pool: the pool whose pages `forward` reads and writes.
+        states: the recurrent-state pool `forward` reads and writes (hybrids), else None.
     """
 
-    def __init__(self, forward, pool: PagedKVPool):
+    def __init__(self, forward, pool: PagedKVPool, states: StatePool | None = None):
         self._forward = forward
         self.pool = pool
+        self.states = states
         self._compiled = mx.compile(self._traced)
         # Attention calls one step adds to `pool.attention_calls`: the hook counts them while
         # tracing only, so replays add what the last trace counted.
@@ -39,26 +42,38 @@ class CompiledDecode:
     def __call__(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:
         pool = self.pool
         pages = list(pool.pages)
+        states = [list(layer) for layer in self.states.arrays] if self.states is not None else []
+        hybrid = (meta.state_slots, states) if self.states is not None else ()
         groups = meta.block_tables.shape[0] * pool.page_shape[2]
         counters = pool.counters.reserve(groups)
         self._traced_now = False
         try:
-            logits, counters_next, new_pages = self._compiled(
-                tokens, meta.block_tables, meta.context_lens, meta.slot_mapping, counters, pages
-            )
+            logits, counters_next, new_pages, new_states = self._compiled(
+                tokens, meta.block_tables, meta.context_lens, meta.slot_mapping, counters, pages,
+                *hybrid,
+            )  # fmt: skip
         except BaseException:  # a failed trace left tracers in the pool and the counter chain
             pool.pages[:] = pages
+            if self.states is not None:
+                self.states.arrays[:] = states
             pool.counters.replace(counters)
             raise
         if not self._traced_now:  # a replay: the hook did not run, so count for it
             pool.attention_calls.update(self._calls_per_step)
         pool.counters.replace(counters_next)
         pool.pages[:] = new_pages
+        if self.states is not None:
+            self.states.arrays[:] = new_states
         return logits
 
-    def _traced(self, tokens, block_tables, context_lens, slot_mapping, counters, pages):
+    def _traced(
+        self, tokens, block_tables, context_lens, slot_mapping, counters, pages, state_slots=None,
+        states=(),
+    ):  # fmt: skip
         pool = self.pool
         pool.pages[:] = pages
+        if self.states is not None:
+            self.states.arrays[:] = states
         pool.counters.replace(counters)
         before = Counter(pool.attention_calls)
         meta = PagedAttentionMetadata(
@@ -68,8 +83,10 @@ class CompiledDecode:
             slot_mapping=slot_mapping,
             num_query_tokens=1,
             rope_in_attention=pool.rope_inv_freq is not None,
+            state_slots=state_slots,
         )
         logits = self._forward(tokens, meta)
         self._calls_per_step = pool.attention_calls - before
         self._traced_now = True
-        return logits, pool.counters.reserve(0), list(pool.pages)
+        states = [list(layer) for layer in self.states.arrays] if self.states is not None else []
+        return logits, pool.counters.reserve(0), list(pool.pages), states

@@ -16,6 +16,7 @@ import numpy as np
 from mlx_paged.engine.request import Request
 from mlx_paged.engine.scheduler import PromptSchedule
 from mlx_paged.kernels.kernel_inputs import input_array
+from mlx_paged.kv.cache_plan import AttentionSlot, CachePlan
 from mlx_paged.kv.kv_cache_manager import KVCacheManager, cdiv
 from mlx_paged.kv.paged_cache import (
     PagedAttentionMetadata,
@@ -23,6 +24,7 @@ from mlx_paged.kv.paged_cache import (
     PagedLayerCache,
     split_slots,
 )
+from mlx_paged.kv.state_pool import StatePool
 from mlx_paged.runner.block_table import BlockTable, bucket
 from mlx_paged.runner.compiled_decode import CompiledDecode
 from mlx_paged.runner.logits_head import split_logits_head
@@ -42,18 +44,30 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             the batch and the block tables padded to powers of two; else build each step anew.
     """
 
-    def __init__(self, model, pool: PagedKVPool, kv: KVCacheManager, compile_decode=False):
+    def __init__(
+        self,
+        model,
+        pool: PagedKVPool,
+        kv: KVCacheManager,
+        compile_decode=False,
+        plan: CachePlan | None = None,
+        states: StatePool | None = None,
+    ):
         self.model = model
         self.pool = pool
         self.kv = kv
-        self.num_layers = pool.num_layers
+        self.plan = plan or CachePlan([AttentionSlot(i) for i in range(pool.num_layers)])
+        self.states = states  # recurrent-state slots of a hybrid model, else None
         self.block_table = BlockTable(pool.block_size)
-        self.compiled_decode = CompiledDecode(self._decode_logits, pool) if compile_decode else None
+        self.compiled_decode = (
+            CompiledDecode(self._decode_logits, pool, states) if compile_decode else None
+        )
         # The engine hands a step's prefill chunks to `decode`, to run in its forward; that
         # needs the logits head apart, so only the decode rows reach it.
         self.logits_head = split_logits_head(model)
-        self.mixes_prefill = self.logits_head is not None
-        if not self.mixes_prefill:
+        # A chunk's tokens run as rows of one token there, which recurrent state cannot take.
+        self.mixes_prefill = self.logits_head is not None and states is None
+        if self.logits_head is None:
             logger.info("prefill chunks run in forwards of their own: the model's logits head "
                         "could not be split from its body")  # fmt: skip
         self.reset()
@@ -62,13 +76,34 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         self.prompt_rows: list[Request] = []
         self.reset_decode()
         self.block_table.clear()
-        if self.pool.repair():
-            self.kv.block_pool.reset_prefix_cache()  # cached blocks now hold zeros
+        lost_states = self.states is not None and self.states.repair()
+        if self.pool.repair() or lost_states:
+            self.kv.reset_prefix_cache()  # cached blocks and snapshots now hold zeros
 
     @property
     def kv_bytes_in_use(self) -> int:
         pool = self.kv.block_pool
-        return (pool.num_usable_blocks - pool.num_free_blocks) * self.pool.nbytes // pool.num_blocks
+        used = (pool.num_usable_blocks - pool.num_free_blocks) * self.pool.nbytes // pool.num_blocks
+        if self.states is not None:
+            used += self.kv.state_slots.num_in_use * self.states.slot_bytes
+        return used
+
+    def _state_slots(self, rows: list[Request], num_rows: int) -> mx.array | None:
+        """Each row's state slot, padded with the null slot to `num_rows` (None: no states)."""
+        if self.states is None:
+            return None
+        slots = np.zeros(num_rows, np.int32)
+        slots[: len(rows)] = [self.kv.state_slots.slot(r.request_id) for r in rows]
+        return input_array(slots)
+
+    def _fill_state_slots(self) -> None:
+        """Zero or restore (from a snapshot) the slots handed out since the last forward."""
+        if self.states is not None:
+            self.states.fill(self.kv.state_slots.take_pending())
+
+    def _written(self) -> list:
+        """What forwards write: the pages, and the state arrays of a hybrid."""
+        return [self.pool.pages, self.states.arrays if self.states is not None else []]
 
     def _metadata(
         self, rows: list[Request], starts: list[int], counts: list[int], width: int
@@ -86,6 +121,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             offsets=input_array(starts),
             slot_mapping=split_slots(slots, self.pool.block_size),
             num_query_tokens=width,
+            state_slots=self._state_slots(rows, len(rows)),
             # Prefill only: a start forward (one token per row) attends like a decode step.
             prefill_rows=tuple(self._prefill_row(*row) for row in zip(tables, starts, counts))
             if width > 1
@@ -113,16 +149,22 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             num_rows, width = bucket(num_rows), bucket(width, MIN_COMPILED_TABLE_BLOCKS)
         return len(context_lens), *self.block_table.decode_inputs(context_lens, num_rows, width)
 
-    def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:
-        caches = [PagedLayerCache(self.pool, i, meta) for i in range(self.num_layers)]
-        return self.model(tokens, cache=caches)
+    def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata, body=None) -> mx.array:
+        """`body or model` over `tokens` with the paged caches (and state caches) of `meta`."""
+        states = self.states.caches(meta.state_slots) if self.states is not None else []
+        caches = self.plan.build(lambda i: PagedLayerCache(self.pool, i, meta), states.__getitem__)
+        out = (body or self.model)(tokens, cache=caches)
+        if states:
+            self.states.write(states, meta.state_slots)
+        return out
 
     def decode(self, rows: list[Request], prefill=()) -> list[RowOutput]:
         """One decode forward over `rows`; with `prefill` chunks `(request, tokens)`, the same
         forward also runs them (`_mixed`), so a chunk costs no forward of its own."""
+        self._fill_state_slots()
         self._join(rows[len(self.decode_rows) :])
         forward = (lambda inputs: self._mixed(inputs, prefill)) if prefill else self._decode
-        outputs = self.lookahead_step(rows, forward, pending_writes=lambda: self.pool.pages)
+        outputs = self.lookahead_step(rows, forward, pending_writes=self._written)
         for r, _ in prefill:
             self.kv.cache_blocks(r, r.num_computed_tokens)
         return outputs
@@ -133,6 +175,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         meta = self._decode_metadata(
             tables, lens, slots, rope_in_attention=self.pool.rope_inv_freq is not None
         )
+        meta.state_slots = self._state_slots(self.decode_rows, len(lens))
         if self.compiled_decode is None:
             return self._decode_logits(inputs, meta)
         return self.compiled_decode(_padded(inputs, len(lens)), meta)[:real]
@@ -173,8 +216,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             decode_rows=decode,
         )
         tokens = mx.concatenate([_padded(inputs, len(lens)), mx.array(ids, inputs.dtype)])
-        caches = [PagedLayerCache(self.pool, i, meta) for i in range(self.num_layers)]
-        hidden = self.logits_head.body(tokens[:, None], cache=caches)
+        hidden = self._forward(tokens[:, None], meta, self.logits_head.body)
         return self.logits_head.head(hidden[:real, -1, :])
 
     def _decode_logits(self, inputs: mx.array, meta: PagedAttentionMetadata) -> mx.array:
@@ -206,21 +248,35 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             self.kv.cache_blocks(r, r.num_computed_tokens)
 
     def _prefill(self, prefill: list[tuple[Request, int]]) -> None:
-        rows = [r for r, _ in prefill]
-        counts = [n for _, n in prefill]
-        starts = [r.num_computed_tokens - n for r, n in prefill]
-        align = self.pool.prefill_align
-        width = cdiv(max(counts), align) * align
-        tokens = mx.array(
-            [
-                r.all_token_ids[s : s + n] + [0] * (width - n)
-                for r, s, n in zip(rows, starts, counts)
-            ]
-        )
-        self._forward(tokens, self._metadata(rows, starts, counts, width))
-        mx.eval(self.pool.pages)
-        for r in rows:
+        self._fill_state_slots()
+        if self.states is None:
+            counts = [n for _, n in prefill]
+            align = self.pool.prefill_align
+            starts = [r.num_computed_tokens - n for r, n in prefill]
+            self._prefill_forward([r for r, _ in prefill], starts, counts,
+                                  cdiv(max(counts), align) * align)  # fmt: skip
+        else:
+            for r, n in prefill:
+                self._prefill_state_row(r, r.num_computed_tokens - n, r.num_computed_tokens)
+        mx.eval(self._written())
+        for r, _ in prefill:
             self.kv.cache_blocks(r, r.num_computed_tokens)
+
+    def _prefill_forward(self, rows: list[Request], starts, counts, width: int) -> None:
+        tokens = [r.all_token_ids[s : s + n] + [0] * (width - n)
+                  for r, s, n in zip(rows, starts, counts)]  # fmt: skip
+        self._forward(mx.array(tokens), self._metadata(rows, starts, counts, width))
+
+    def _prefill_state_row(self, r: Request, start: int, end: int) -> None:
+        """A hybrid's chunk: a forward of its own, unpadded (recurrent layers would run padding
+        into the state), split at the last block boundary before the prompt's last token, where
+        the state is kept as a snapshot for the prefix cache."""
+        boundary = (r.num_prefill_tokens - 1) // self.pool.block_size * self.pool.block_size
+        cuts = [start, boundary, end] if start < boundary < end else [start, end]
+        for s, e in zip(cuts, cuts[1:]):
+            self._prefill_forward([r], [s], [e - s], e - s)
+            if e == boundary and (snapshot := self.kv.save_state_snapshot(r, e)) is not None:
+                self.states.copy(snapshot, self.kv.state_slots.slot(r.request_id))
 
     def remove(self, requests: list[Request]) -> None:
         self.drop_decode_rows(requests)
