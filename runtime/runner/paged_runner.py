@@ -269,14 +269,17 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
 
     def _prefill_state_row(self, r: Request, start: int, end: int) -> None:
         """A hybrid's chunk: a forward of its own, unpadded (recurrent layers would run padding
-        into the state), split at the last block boundary before the prompt's last token, where
-        the state is kept as a snapshot for the prefix cache."""
-        boundary = (r.num_prefill_tokens - 1) // self.pool.block_size * self.pool.block_size
-        cuts = [start, boundary, end] if start < boundary < end else [start, end]
+        into the state), split at the prompt's last two block boundaries before its last token,
+        where the state is kept as a snapshot for the prefix cache. Two, because the next turn
+        of a chat shares the prompt but for its generation prompt, a few tokens long."""
+        size = self.pool.block_size
+        last = (r.num_prefill_tokens - 1) // size * size
+        snapshots = [p for p in (last - size, last) if p > 0 and start < p <= end]
+        cuts = sorted({start, *snapshots, end})
         for s, e in zip(cuts, cuts[1:]):
             self._prefill_forward([r], [s], [e - s], e - s)
-            if e == boundary and (snapshot := self.kv.save_state_snapshot(r, e)) is not None:
-                self.states.copy(snapshot, self.kv.state_slots.slot(r.request_id))
+            if e in snapshots and (slot := self.kv.save_state_snapshot(r, e)) is not None:
+                self.states.copy(slot, self.kv.state_slots.slot(r.request_id))
 
     def remove(self, requests: list[Request]) -> None:
         self.drop_decode_rows(requests)

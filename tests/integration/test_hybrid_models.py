@@ -1,0 +1,87 @@
+"""Hybrid models (layers that keep recurrent, SSM or convolution state beside attention layers)
+on pages: greedy tokens equal mlx-lm's own single-sequence generation, a repeated request hits
+the prefix cache (attention blocks and a state snapshot) and still gives the same tokens, and so
+does a pool small enough to preempt."""
+
+from __future__ import annotations
+
+import shutil
+
+import mlx.core as mx
+import pytest
+from mlx_lm import load
+from mlx_lm.generate import generate_step
+
+from mlx_paged import LLM, SamplingParams
+
+FAMILIES = [
+    "qwen3_5",
+    "qwen3_5_moe",
+    "qwen3_next",
+    "lfm2",
+    "lfm2_moe",
+    "falcon_h1",
+    "nemotron_h",
+    "granitemoehybrid",
+    "olmo_hybrid",
+]
+PROMPTS = [list(range(5, 24)), [11, 12, 13], list(range(30, 70))]
+MAX_TOKENS = 10
+
+
+def mlx_lm_tokens(path: str) -> list[list[int]]:
+    """Each prompt alone through mlx-lm's `generate_step`, greedy."""
+    model, _ = load(path)
+    return [
+        [int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(MAX_TOKENS))]
+        for p in PROMPTS
+    ]
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_hybrid_tokens_equal_mlx_lm_cold_cached_and_preempted(tiny_model_dir, model_type):
+    path = str(tiny_model_dir(model_type))
+    expected = mlx_lm_tokens(path)
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+
+    llm = LLM(path, num_blocks=64, block_size=4)
+    assert [r.token_ids for r in llm.generate(PROMPTS, params)] == expected
+    # Snapshots sit at each prompt's last block boundary before its last token: 16, 0, 36.
+    again = llm.generate(PROMPTS, params)
+    assert [r.token_ids for r in again] == expected
+    assert [r.num_cached_tokens for r in again] == [16, 0, 36]
+
+    # The prompts fit (16 blocks and a spare), their answers do not (25 blocks).
+    small = LLM(path, num_blocks=18, block_size=4)
+    assert [r.token_ids for r in small.generate(PROMPTS, params)] == expected
+    assert small.engine.metrics.preemptions_total > 0
+
+
+# ChatML's shape: each turn ends with an end-of-turn token, and the generation prompt opens the
+# assistant's turn exactly as the next turn renders it, so a turn's prompt is a prefix of the next.
+CHATML = (
+    "{% for m in messages %}<|bos|>{{ m['role'] }}\n{{ m['content'] }}<|eos|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|bos|>assistant\n{% endif %}"
+)
+
+
+def test_a_multi_turn_chat_on_a_qwen3_5_like_model_reuses_its_previous_turn(
+    tiny_model_dir, tmp_path
+):
+    path = tmp_path / "qwen3_5-chatml"
+    shutil.copytree(tiny_model_dir("qwen3_5"), path)
+    (path / "chat_template.jinja").write_text(CHATML)
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    llm = LLM(str(path), num_blocks=128, block_size=4)
+    chat = [{"role": "user", "content": "the quick brown fox jumps over the lazy dog"}]
+    (first,) = llm.chat(chat, params)
+    chat += [
+        {"role": "assistant", "content": first.text},
+        {"role": "user", "content": "paged attention kv cache block table"},
+    ]
+    (second,) = llm.chat(chat, params)
+    # The first turn's prompt, up to a snapshot at one of its last two block boundaries.
+    assert len(first.prompt_token_ids) - 8 <= second.num_cached_tokens < len(first.prompt_token_ids)
+    llm.engine.kv.reset_prefix_cache()
+    (cold,) = llm.chat(chat, params)
+    assert cold.num_cached_tokens == 0 and cold.token_ids == second.token_ids

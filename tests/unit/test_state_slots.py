@@ -1,0 +1,67 @@
+"""State-slot bookkeeping of hybrid models: slots per request, snapshots evicted least recently
+used first when requests need slots, and the fills owed to the pool, in order."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlx_paged.kv.state_slots import StateSlots
+
+
+def test_requests_take_free_slots_and_give_them_back():
+    slots = StateSlots(3)
+    assert slots.allocate("a") == 1 and slots.allocate("b") == 2
+    assert slots.num_available == 0 and slots.num_in_use == 2
+    assert slots.take_pending() == [(1, None), (2, None)]  # fresh slots start from zeros
+    slots.free_slot("a")
+    assert slots.num_available == 1 and slots.allocate("c") == 1
+
+
+def test_a_request_restores_from_a_snapshot_copied_into_its_own_slot():
+    slots = StateSlots(4)
+    slots.allocate("a")
+    assert slots.save_snapshot("h1") == 2
+    assert slots.save_snapshot("h1") is None  # kept already
+    assert slots.allocate("b", restore="h1") == 3
+    assert slots.take_pending() == [(1, None), (3, 2)]
+    assert slots.has_snapshot("h1")
+
+
+def test_snapshots_give_way_to_requests_least_recently_used_first():
+    slots = StateSlots(4)
+    assert (slots.save_snapshot("old"), slots.save_snapshot("new")) == (1, 2)
+    slots.allocate("a")  # slot 3, the last free one
+    assert slots.allocate("b") == 1 and not slots.has_snapshot("old")
+    assert slots.num_available == 1  # "new" can still give way
+
+
+def test_the_last_snapshot_becomes_the_state_of_the_request_restoring_it():
+    slots = StateSlots(2)
+    assert slots.save_snapshot("h") == 1
+    assert slots.allocate("a", restore="h") == 1
+    assert slots.take_pending() == []  # its state is the snapshot: nothing to copy
+    assert not slots.has_snapshot("h")
+
+
+def test_a_slot_freed_before_its_fill_owes_nothing():
+    slots = StateSlots(3)
+    slots.allocate("a")
+    slots.free_slot("a")
+    assert slots.take_pending() == []
+
+
+def test_no_snapshots_without_caching_and_no_slot_when_all_are_running():
+    slots = StateSlots(2, enable_caching=False)
+    assert slots.save_snapshot("h") is None
+    slots.allocate("a")
+    with pytest.raises(ValueError, match="no state slot is free"):
+        slots.allocate("b")
+    with pytest.raises(RuntimeError, match="already holds"):
+        slots.allocate("a")
+
+
+def test_reset_forgets_snapshots_and_frees_their_slots():
+    slots = StateSlots(3)
+    slots.save_snapshot("h")
+    slots.reset_snapshots()
+    assert not slots.has_snapshot("h") and len(slots.free) == 2
