@@ -59,25 +59,24 @@ def _interleaved(runs: dict, batch: int, new: int, repeats: int) -> dict:
     }
 
 
-RANDOM_MODEL = "random llama 1B (hidden 2048, 16 layers, 32/8 heads, bf16)"
-
 
 def main(args) -> int:
     """Time decode of every method at `args.batch` x `args.prompt`; writes `args.out`."""
-    from .random_llama import build_random_llama
+    from .random_models import RANDOM_MODELS, build_random_model
 
+    described = RANDOM_MODELS[args.random_model][2]
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model
         if model is None:
-            print(f"building a {RANDOM_MODEL}...", flush=True)
-            model = str(build_random_llama(Path(tmp) / "llama-1b-random"))
+            print(f"building a {described}...", flush=True)
+            model = str(build_random_model(Path(tmp) / args.random_model, args.random_model))
         rng = np.random.default_rng(0)
         prompts = [rng.integers(2, 32000, size=args.prompt).tolist() for _ in range(args.batch)]
         methods = _timed_methods(model, prompts, args)
     base = methods["batch_generator"]["decode_tok_s"]
     for entry in methods.values():
         entry["vs_batch_generator"] = entry["decode_tok_s"] / base
-    result = {"model": args.model or RANDOM_MODEL,
+    result = {"model": args.model or described,
               "device": device_name(),
               "mlx": mx.__version__, "machine": platform.machine(), "batch": args.batch,
               "prompt_tokens": args.prompt, "new_tokens": args.new, "repeats": args.repeats,

@@ -65,7 +65,7 @@ def main(args) -> int:
     """Time prefill of every method; writes `args.out`."""
     from mlx_paged import LLM
 
-    from .random_llama import build_random_llama
+    from .random_models import build_random_llama
 
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model or str(build_random_llama(Path(tmp) / "llama-1b-random"))

@@ -18,7 +18,7 @@ COPY_BYTES_PER_S = 4.3e12  # the H200's measured copy bandwidth (`bench kernels`
 
 def decode_floor_tok_s(run: dict) -> float:
     """Tokens/s if a step only read the weights once and each row's KV once, at copy speed."""
-    from .random_llama import ONE_B as c
+    from .random_models import ONE_B as c
 
     kv_dim = c["num_key_value_heads"] * c["hidden_size"] // c["num_attention_heads"]
     layer = 2 * c["hidden_size"] ** 2 + 2 * c["hidden_size"] * kv_dim

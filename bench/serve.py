@@ -57,7 +57,7 @@ def main(args) -> int:
 
 def _model_path(args, tmp: Path) -> str:
     if args.random_llama:
-        from .random_llama import ONE_B, build_random_llama
+        from .random_models import ONE_B, build_random_llama
 
         print("building a random llama 1B...", flush=True)
         # A context long enough for `--long-prompt` (RoPE needs no table of positions).

@@ -98,6 +98,12 @@ def _add_decode(sub: argparse._SubParsersAction) -> None:
         "paged + reference, contiguous, BatchGenerator",
     )
     _add_random_llama_model(p)
+    p.add_argument(
+        "--random-model",
+        choices=("llama-1b", "qwen3_5-1b"),
+        default="llama-1b",
+        help="the random model built when no --model is given",
+    )
     p.add_argument("--batch", type=int, default=64, help="sequences decoding together")
     p.add_argument("--prompt", type=int, default=2048, help="prompt tokens per sequence")
     p.add_argument("--new", type=int, default=128, help="new tokens per sequence")
