@@ -59,7 +59,6 @@ def _interleaved(runs: dict, batch: int, new: int, repeats: int) -> dict:
     }
 
 
-
 def main(args) -> int:
     """Time decode of every method at `args.batch` x `args.prompt`; writes `args.out`."""
     from .random_models import RANDOM_MODELS, build_random_model

@@ -74,8 +74,12 @@ EXTRA = {
         "linear_value_head_dim": 16,
         "linear_conv_kernel_dim": 4,
         "full_attention_interval": 2,
-        "rope_parameters": {"type": "default", "rope_theta": 10000.0,
-                            "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]},
+        "rope_parameters": {
+            "type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.5,
+            "mrope_section": [2, 1, 1],
+        },
     },
     "qwen3_5_moe": {
         "linear_num_value_heads": 2,
@@ -88,8 +92,12 @@ EXTRA = {
         "num_experts_per_tok": 1,
         "shared_expert_intermediate_size": 64,
         "moe_intermediate_size": 64,
-        "rope_parameters": {"type": "default", "rope_theta": 10000.0,
-                            "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1]},
+        "rope_parameters": {
+            "type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.5,
+            "mrope_section": [2, 1, 1],
+        },
     },
     "lfm2_moe": {
         "norm_eps": 1e-5,
