@@ -82,9 +82,10 @@ class Engine(EngineInbox, StepRecovery):
             )
         else:
             self.runner = ContiguousRunner(model, prefill_step_size=config.prefill_step_size)
+        serial = not getattr(self.runner, "batches_exactly", True)  # see ContiguousRunner
         self.scheduler = Scheduler(
-            max_num_seqs=config.max_num_seqs,
-            max_num_prefill_seqs=config.max_num_prefill_seqs,
+            max_num_seqs=1 if serial else config.max_num_seqs,
+            max_num_prefill_seqs=1 if serial else config.max_num_prefill_seqs,
             prefill_step_size=config.prefill_step_size,
             max_num_batched_tokens=config.max_num_batched_tokens,
             kv=self.kv,

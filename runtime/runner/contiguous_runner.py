@@ -10,13 +10,17 @@ next ones are computed asynchronously.
 from __future__ import annotations
 
 import copy
+import logging
 
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlx_paged.engine.request import Request
 from mlx_paged.engine.scheduler import PromptSchedule
+from mlx_paged.runner.batch_check import batching_is_exact
 from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
+
+logger = logging.getLogger(__name__)
 
 
 def _merge(per_request_caches: list[list]) -> list:
@@ -53,6 +57,15 @@ class ContiguousRunner(LookaheadDecoder, ModelRunner):
         self.reset()
         if not all(hasattr(c, "merge") for c in make_prompt_cache(model)):
             raise ValueError(f"{type(model).__module__}: its caches cannot be batched (no merge)")
+        # Where batching changes a row's tokens, the engine runs one request at a time.
+        self.batches_exactly = batching_is_exact(model, _merge)
+        if not self.batches_exactly:
+            logger.warning(
+                "%s: mlx-lm's batched caches give this model other tokens than it gets alone "
+                "(prompts of different lengths in one batch), so the contiguous path runs one "
+                "request at a time",
+                type(model).__module__,
+            )
 
     def reset(self) -> None:
         self.prompt_rows: list[Request] = []
