@@ -43,8 +43,6 @@ class PagedAttentionMetadata:
         decode_rows: a decode forward that also runs prefill chunks: the metadata of its
             decode rows alone, which come first (`block_tables`, `context_lens` are theirs);
             each further row is one token of a `prefill_rows` chunk, in order.
-        state_slots: `(B,)` int32, each row's slot in the recurrent-state pool (hybrid models;
-            padding rows read and write the null slot 0), else None.
     """
 
     block_tables: mx.array
@@ -55,7 +53,6 @@ class PagedAttentionMetadata:
     rope_in_attention: bool = False
     prefill_rows: tuple[tuple[int, int, mx.array], ...] = ()
     decode_rows: PagedAttentionMetadata | None = None
-    state_slots: mx.array | None = None
 
     @property
     def starts_at_zero(self) -> bool:

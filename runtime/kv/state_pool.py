@@ -1,9 +1,9 @@
-"""The arrays of the recurrent-state pool: per state layer, per array the layer keeps,
-`[num_slots, *shape]`. A forward's rows read their slots into mlx-lm `ArraysCache`s (a gather),
-the model advances them as it would its own caches, and the runner scatters them back.
+"""The recurrent state of a hybrid model's requests, one entry per state slot (`StateSlots`):
+per state layer, the arrays mlx-lm's `ArraysCache` keeps for one sequence, `[1, *shape]`.
 
-Like `PagedKVPool`, the pool holds the only references to its arrays, so the scatters can
-reuse the buffers instead of copying the pool.
+MLX arrays are values, so a slot's state is replaced after each forward, never written in place,
+and a snapshot is a second reference to the same arrays: keeping one copies nothing. The budget
+reserves `num_slots` states; a slot holds its arrays until it is filled again.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from mlx_lm.models.cache import ArraysCache
 
 
 class StatePool:
-    """Per state layer, a list of `[num_slots, *shape]` arrays.
+    """Each slot's state: `states[slot]`, per state layer a list of `[1, *shape]` arrays.
 
     Args:
         layout: per state layer, the `(shape, dtype)` of each array one request keeps.
@@ -23,15 +23,9 @@ class StatePool:
     def __init__(self, layout: tuple, num_slots: int):
         self.layout = layout
         self.num_slots = num_slots
-        self.arrays = self._zeros()
-
-    def _zeros(self) -> list[list[mx.array]]:
-        arrays = [
-            [mx.zeros((self.num_slots, *shape), dtype) for shape, dtype in layer]
-            for layer in self.layout
-        ]
-        mx.eval(arrays)
-        return arrays
+        # The state of a request that starts from nothing, shared by reference.
+        self.zeros = [[mx.zeros((1, *shape), dtype) for shape, dtype in layer] for layer in layout]
+        self.states: dict[int, list[list[mx.array]]] = {}
 
     @property
     def slot_bytes(self) -> int:
@@ -39,48 +33,41 @@ class StatePool:
 
     @property
     def nbytes(self) -> int:
+        """Bytes the budget reserves: every slot's state."""
         return self.num_slots * self.slot_bytes
 
-    def caches(self, slots: mx.array) -> list[ArraysCache]:
-        """One `ArraysCache` per state layer holding rows `slots` (a gather)."""
-        out = []
-        for layer in self.arrays:
-            cache = ArraysCache(len(layer))
-            cache.cache = [a[slots] for a in layer]
-            out.append(cache)
-        return out
-
-    def write(self, caches: list[ArraysCache], slots: mx.array) -> None:
-        """Scatter each cache's arrays, as the forward left them, back to `slots`."""
-        for layer, cache in zip(self.arrays, caches):
-            for i, new in enumerate(cache.cache):
-                old = layer[i]
-                layer[i] = None  # drop our reference: the scatter may reuse the buffer
-                old[slots] = new.astype(old.dtype)
-                layer[i] = old
-
     def fill(self, pending: list[tuple[int, int | None]]) -> None:
-        """Copy each `(slot, source)`: the source slot's state, or zeros where it is None."""
+        """Each `(slot, source)` takes the source slot's state, or zeros where it is None."""
         for slot, source in pending:
-            for layer in self.arrays:
-                for i, old in enumerate(layer):
-                    layer[i] = None
-                    old[slot] = 0 if source is None else old[source]
-                    layer[i] = old
+            self.states[slot] = self.zeros if source is None else self.states[source]
 
-    def copy(self, dst: int, src: int) -> None:
-        """Slot `dst` takes slot `src`'s state (a snapshot)."""
-        self.fill([(dst, src)])
+    def caches(self, slot: int) -> list[ArraysCache]:
+        """One `ArraysCache` per state layer holding the slot's state, for a forward of its row."""
+        return [_cache(arrays) for arrays in self.states[slot]]
+
+    def store(self, slot: int, caches: list[ArraysCache]) -> None:
+        """The slot's state is what the forward left in `caches`."""
+        self.states[slot] = [list(c.cache) for c in caches]
+
+    def take(self, slot: int) -> list[list[mx.array]]:
+        """The slot's state, handed to the decode batch; the slot keeps none of it."""
+        return self.states.pop(slot)
 
     def repair(self) -> bool:
-        """After a failed step: evaluate the arrays, or zero them when their pending writes
-        throw. True if the contents were lost."""
+        """After a failed step: evaluate the states, or drop them all when their pending work
+        throws. True if they were lost."""
         try:
-            mx.eval(self.arrays)
+            mx.eval(list(self.states.values()))
             return False
         except Exception:
-            self.arrays = self._zeros()
+            self.states.clear()
             return True
+
+
+def _cache(arrays: list[mx.array]) -> ArraysCache:
+    cache = ArraysCache(len(arrays))
+    cache.cache = list(arrays)
+    return cache
 
 
 def slot_bytes(layout: tuple) -> int:

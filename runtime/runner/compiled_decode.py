@@ -6,7 +6,7 @@ repeat because the runner pads the batch and the block tables to powers of two
 
 The pages go in and come out of the traced function (the page writes stay scatters that reuse
 the pool's buffers), and so do the fused split-K kernel's partition counters, which chain from
-call to call. A hybrid's state arrays go in and out the same way, with each row's state slot.
+call to call. A hybrid's decode-batch state goes in and comes out the same way.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import Counter
 import mlx.core as mx
 
 from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedKVPool
-from mlx_paged.kv.state_pool import StatePool
+from mlx_paged.runner.hybrid_states import HybridStates
 
 
 class CompiledDecode:
@@ -26,10 +26,10 @@ class CompiledDecode:
         forward: the eager forward, `(tokens (B, 1), meta) -> logits (B, 1, V)`, writing the
             pool's pages.
         pool: the pool whose pages `forward` reads and writes.
-        states: the recurrent-state pool `forward` reads and writes (hybrids), else None.
+        states: a hybrid's recurrent state, whose decode batch `forward` advances, else None.
     """
 
-    def __init__(self, forward, pool: PagedKVPool, states: StatePool | None = None):
+    def __init__(self, forward, pool: PagedKVPool, states: HybridStates | None = None):
         self._forward = forward
         self.pool = pool
         self.states = states
@@ -42,8 +42,9 @@ class CompiledDecode:
     def __call__(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:
         pool = self.pool
         pages = list(pool.pages)
-        states = [list(layer) for layer in self.states.arrays] if self.states is not None else []
-        hybrid = (meta.state_slots, states) if self.states is not None else ()
+        decode = self.states.decode if self.states is not None else None
+        states = list(decode.arrays) if decode is not None else []
+        hybrid = (states,) if decode is not None else ()
         groups = meta.block_tables.shape[0] * pool.page_shape[2]
         counters = pool.counters.reserve(groups)
         self._traced_now = False
@@ -54,26 +55,23 @@ class CompiledDecode:
             )  # fmt: skip
         except BaseException:  # a failed trace left tracers in the pool and the counter chain
             pool.pages[:] = pages
-            if self.states is not None:
-                self.states.arrays[:] = states
+            if decode is not None:
+                decode.arrays = states
             pool.counters.replace(counters)
             raise
         if not self._traced_now:  # a replay: the hook did not run, so count for it
             pool.attention_calls.update(self._calls_per_step)
         pool.counters.replace(counters_next)
         pool.pages[:] = new_pages
-        if self.states is not None:
-            self.states.arrays[:] = new_states
+        if decode is not None:
+            decode.arrays = new_states
         return logits
 
-    def _traced(
-        self, tokens, block_tables, context_lens, slot_mapping, counters, pages, state_slots=None,
-        states=(),
-    ):  # fmt: skip
+    def _traced(self, tokens, block_tables, context_lens, slot_mapping, counters, pages, states=()):
         pool = self.pool
         pool.pages[:] = pages
         if self.states is not None:
-            self.states.arrays[:] = states
+            self.states.decode.arrays = states
         pool.counters.replace(counters)
         before = Counter(pool.attention_calls)
         meta = PagedAttentionMetadata(
@@ -83,10 +81,9 @@ class CompiledDecode:
             slot_mapping=slot_mapping,
             num_query_tokens=1,
             rope_in_attention=pool.rope_inv_freq is not None,
-            state_slots=state_slots,
         )
         logits = self._forward(tokens, meta)
         self._calls_per_step = pool.attention_calls - before
         self._traced_now = True
-        states = [list(layer) for layer in self.states.arrays] if self.states is not None else []
+        states = self.states.decode.arrays if self.states is not None else []
         return logits, pool.counters.reserve(0), list(pool.pages), states

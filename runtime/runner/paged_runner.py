@@ -27,6 +27,7 @@ from mlx_paged.kv.paged_cache import (
 from mlx_paged.kv.state_pool import StatePool
 from mlx_paged.runner.block_table import BlockTable, bucket
 from mlx_paged.runner.compiled_decode import CompiledDecode
+from mlx_paged.runner.hybrid_states import HybridStates
 from mlx_paged.runner.logits_head import split_logits_head
 from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
 
@@ -57,10 +58,11 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         self.pool = pool
         self.kv = kv
         self.plan = plan or CachePlan([AttentionSlot(i) for i in range(pool.num_layers)])
-        self.states = states  # recurrent-state slots of a hybrid model, else None
+        # Recurrent state of a hybrid model, else None.
+        self.states = HybridStates(states, kv) if states is not None else None
         self.block_table = BlockTable(pool.block_size)
         self.compiled_decode = (
-            CompiledDecode(self._decode_logits, pool, states) if compile_decode else None
+            CompiledDecode(self._decode_logits, pool, self.states) if compile_decode else None
         )
         # The engine hands a step's prefill chunks to `decode`, to run in its forward; that
         # needs the logits head apart, so only the decode rows reach it.
@@ -76,7 +78,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         self.prompt_rows: list[Request] = []
         self.reset_decode()
         self.block_table.clear()
-        lost_states = self.states is not None and self.states.repair()
+        lost_states = self.states is not None and self.states.reset()
         if self.pool.repair() or lost_states:
             self.kv.reset_prefix_cache()  # cached blocks and snapshots now hold zeros
 
@@ -84,26 +86,15 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
     def kv_bytes_in_use(self) -> int:
         pool = self.kv.block_pool
         used = (pool.num_usable_blocks - pool.num_free_blocks) * self.pool.nbytes // pool.num_blocks
-        if self.states is not None:
-            used += self.kv.state_slots.num_in_use * self.states.slot_bytes
-        return used
-
-    def _state_slots(self, rows: list[Request], num_rows: int) -> mx.array | None:
-        """Each row's state slot, padded with the null slot to `num_rows` (None: no states)."""
-        if self.states is None:
-            return None
-        slots = np.zeros(num_rows, np.int32)
-        slots[: len(rows)] = [self.kv.state_slots.slot(r.request_id) for r in rows]
-        return input_array(slots)
+        return used + (self.states.bytes_in_use if self.states is not None else 0)
 
     def _fill_state_slots(self) -> None:
-        """Zero or restore (from a snapshot) the slots handed out since the last forward."""
         if self.states is not None:
-            self.states.fill(self.kv.state_slots.take_pending())
+            self.states.fill_pending()
 
     def _written(self) -> list:
-        """What forwards write: the pages, and the state arrays of a hybrid."""
-        return [self.pool.pages, self.states.arrays if self.states is not None else []]
+        """What forwards write: the pages, and the recurrent state of a hybrid."""
+        return [self.pool.pages, self.states.written() if self.states is not None else []]
 
     def _metadata(
         self, rows: list[Request], starts: list[int], counts: list[int], width: int
@@ -121,7 +112,6 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             offsets=input_array(starts),
             slot_mapping=split_slots(slots, self.pool.block_size),
             num_query_tokens=width,
-            state_slots=self._state_slots(rows, len(rows)),
             # Prefill only: a start forward (one token per row) attends like a decode step.
             prefill_rows=tuple(self._prefill_row(*row) for row in zip(tables, starts, counts))
             if width > 1
@@ -149,14 +139,11 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             num_rows, width = bucket(num_rows), bucket(width, MIN_COMPILED_TABLE_BLOCKS)
         return len(context_lens), *self.block_table.decode_inputs(context_lens, num_rows, width)
 
-    def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata, body=None) -> mx.array:
-        """`body or model` over `tokens` with the paged caches (and state caches) of `meta`."""
-        states = self.states.caches(meta.state_slots) if self.states is not None else []
+    def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata, body=None, states=()):
+        """`body or model` over `tokens` with the paged caches of `meta` and, on a hybrid, the
+        `ArraysCache`s `states` (which the forward advances)."""
         caches = self.plan.build(lambda i: PagedLayerCache(self.pool, i, meta), states.__getitem__)
-        out = (body or self.model)(tokens, cache=caches)
-        if states:
-            self.states.write(states, meta.state_slots)
-        return out
+        return (body or self.model)(tokens, cache=caches)
 
     def decode(self, rows: list[Request], prefill=()) -> list[RowOutput]:
         """One decode forward over `rows`; with `prefill` chunks `(request, tokens)`, the same
@@ -175,7 +162,6 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         meta = self._decode_metadata(
             tables, lens, slots, rope_in_attention=self.pool.rope_inv_freq is not None
         )
-        meta.state_slots = self._state_slots(self.decode_rows, len(lens))
         if self.compiled_decode is None:
             return self._decode_logits(inputs, meta)
         return self.compiled_decode(_padded(inputs, len(lens)), meta)[:real]
@@ -220,12 +206,19 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         return self.logits_head.head(hidden[:real, -1, :])
 
     def _decode_logits(self, inputs: mx.array, meta: PagedAttentionMetadata) -> mx.array:
-        return self._forward(inputs[:, None], meta)[:, -1, :]
+        if self.states is None:
+            return self._forward(inputs[:, None], meta)[:, -1, :]
+        states = self.states.decode.caches(len(inputs))
+        logits = self._forward(inputs[:, None], meta, states=states)[:, -1, :]
+        self.states.decode.update(states)
+        return logits
 
     def drop_decode_rows(self, requests: list[Request]) -> list[int] | None:
         keep = super().drop_decode_rows(requests)
         if keep is not None:
             self.block_table.keep_rows(keep)
+            if self.states is not None:
+                self.states.keep(keep)
         return keep
 
     def run_prompts(self, plan: PromptSchedule) -> None:
@@ -243,6 +236,8 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         moved = {id(r) for r in rows}
         self.prompt_rows = [r for r in self.prompt_rows if id(r) not in moved]
         self.join_rows(rows)
+        if self.states is not None:
+            self.states.join(rows)
         for r in rows:
             self.block_table.add_row(self.kv.get_blocks(r))
             self.kv.cache_blocks(r, r.num_computed_tokens)
@@ -262,10 +257,10 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         for r, _ in prefill:
             self.kv.cache_blocks(r, r.num_computed_tokens)
 
-    def _prefill_forward(self, rows: list[Request], starts, counts, width: int) -> None:
+    def _prefill_forward(self, rows: list[Request], starts, counts, width: int, states=()):
         tokens = [r.all_token_ids[s : s + n] + [0] * (width - n)
                   for r, s, n in zip(rows, starts, counts)]  # fmt: skip
-        self._forward(mx.array(tokens), self._metadata(rows, starts, counts, width))
+        self._forward(mx.array(tokens), self._metadata(rows, starts, counts, width), states=states)
 
     def _prefill_state_row(self, r: Request, start: int, end: int) -> None:
         """A hybrid's chunk: a forward of its own, unpadded (recurrent layers would run padding
@@ -277,9 +272,11 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         snapshots = [p for p in (last - size, last) if p > 0 and start < p <= end]
         cuts = sorted({start, *snapshots, end})
         for s, e in zip(cuts, cuts[1:]):
-            self._prefill_forward([r], [s], [e - s], e - s)
-            if e in snapshots and (slot := self.kv.save_state_snapshot(r, e)) is not None:
-                self.states.copy(slot, self.kv.state_slots.slot(r.request_id))
+            states = self.states.row_caches(r)
+            self._prefill_forward([r], [s], [e - s], e - s, states)
+            self.states.store_row(r, states)
+            if e in snapshots:
+                self.states.snapshot(r, e)
 
     def remove(self, requests: list[Request]) -> None:
         self.drop_decode_rows(requests)
