@@ -25,6 +25,8 @@ CUDA_PREFILL_ALIGN = 64
 logger = logging.getLogger(__name__)
 
 DEFAULT_MEMORY_FRACTION = 0.10
+# Most of the budget a hybrid's recurrent-state slots may take; the pages get the rest.
+STATE_BUDGET_SHARE = 0.5
 
 
 def device_memory_bytes() -> int:
@@ -139,36 +141,41 @@ def _log_pool(pool: PagedKVPool, token_bytes: int, prefix_caching: bool, states=
     )  # fmt: skip
     if states is not None:
         logger.info(
-            "recurrent state: %d slots (one per live request, as many for prefix-cache "
-            "snapshots, plus the null slot) x %.2f MiB over %d state layers (%.1f MiB)",
-            states.num_slots, states.slot_bytes / 2**20, len(states.layout), states.nbytes / 2**20,
+            "recurrent state: %d slots for live requests and prefix-cache snapshots x %.2f MiB "
+            "over %d state layers (%.1f MiB)",
+            states.num_slots - 1, states.slot_bytes / 2**20, len(states.layout),
+            states.nbytes / 2**20,
         )  # fmt: skip
 
 
-def _pool_blocks(
-    block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens, state_bytes=0
-) -> int:
-    """Blocks in the pool: `num_blocks`, else the budget's worth after the `state_bytes` of
-    the recurrent-state pool (see `build_paged_path`)."""
+def _pool_sizes(
+    block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens, slot_bytes=0, slots=0
+) -> tuple[int, int]:
+    """(blocks, state slots) of the pool: `num_blocks` and `slots`, else the budget's worth
+    (see `build_paged_path`): state slots take at most `STATE_BUDGET_SHARE` of it, the pages
+    the rest. Slot 0 is never handed out and takes no memory."""
     flag = "--kv-budget" if num_blocks is None else "--num-blocks"
     if num_blocks is None:
         budget = kv_budget_bytes
         if budget is None:
             budget = int(device_memory_bytes() * DEFAULT_MEMORY_FRACTION)
             if max_num_tokens is not None:
-                budget = min(budget, (max_num_tokens // block_size + 2) * block_bytes + state_bytes)
-        if budget < state_bytes:
-            raise ValueError(
-                f"the KV budget ({budget} bytes) does not hold the recurrent-state slots "
-                f"({state_bytes} bytes): raise --kv-budget or lower --decode-concurrency"
-            )
-        num_blocks = (budget - state_bytes) // block_bytes
+                pages = (max_num_tokens // block_size + 2) * block_bytes
+                budget = min(budget, pages + (slots - 1) * slot_bytes)
+        if slots:
+            slots = min(slots, 1 + int(budget * STATE_BUDGET_SHARE) // slot_bytes)
+            if slots < 2:
+                raise ValueError(
+                    f"the KV budget ({budget} bytes) holds no recurrent-state slot of "
+                    f"{slot_bytes} bytes beside its pages: raise --kv-budget"
+                )
+        num_blocks = (budget - max(slots - 1, 0) * slot_bytes) // block_bytes
     if num_blocks < 2:
         raise ValueError(
             f"the KV pool holds {num_blocks} blocks of {block_bytes} bytes; "
             f"it needs at least 2: raise {flag}"
         )
-    return num_blocks
+    return num_blocks, slots
 
 
 def build_paged_path(
@@ -197,8 +204,9 @@ def build_paged_path(
     `mx.compile` traces ("auto": with the generated kernels, whose hosts gain from it). K and V
     pages hold `k_bits`/`v_bits` per value (16: the model's dtype; 8 or 4: quantized in groups
     of `kv_group_size`, see `QuantizedKVPages`). A hybrid model's recurrent state takes
-    `state_pool_slots(max_live_requests)` slots of the budget: one per running or prefilling
-    request, as many again for prefix-cache snapshots.
+    `state_pool_slots(max_live_requests)` slots of the budget (one per running or prefilling
+    request, as many again for prefix-cache snapshots), or what `STATE_BUDGET_SHARE` of it
+    holds, fewer: then admission waits for a slot.
     """
     check_model_supported(model_type)
     install_attention_hook()
@@ -206,11 +214,11 @@ def build_paged_path(
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
     check_kv_quantization(k_bits, v_bits, kv_group_size, layout.head_dim)
     block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size)
-    num_slots = state_pool_slots(max_live_requests) if layout.state else 0
-    state_bytes = num_slots * slot_bytes(layout.state)
-    num_blocks = _pool_blocks(
-        block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens, state_bytes
-    )
+    wanted = state_pool_slots(max_live_requests) if layout.state else 0
+    num_blocks, num_slots = _pool_sizes(
+        block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens,
+        slot_bytes(layout.state), wanted,
+    )  # fmt: skip
     pool = PagedKVPool(layout.num_layers, num_blocks, block_size, layout.num_kv_heads,
                        layout.head_dim, layout.dtype, k_bits, v_bits, kv_group_size)  # fmt: skip
     bits = (k_bits, v_bits, kv_group_size if min(k_bits, v_bits) < 16 else 0)
@@ -225,6 +233,10 @@ def build_paged_path(
     slots = StateSlots(num_slots, enable_prefix_caching) if num_slots else None
     kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching, slots)
     _log_pool(pool, block_bytes // block_size, enable_prefix_caching, states)
+    if 0 < num_slots < wanted:
+        logger.warning("the KV budget holds %d recurrent-state slots of the %d wanted for "
+                       "%d live requests and their snapshots: admission waits for a slot",
+                       num_slots - 1, wanted - 1, max_live_requests)  # fmt: skip
     compiled = compile_decode == "on" or (
         compile_decode == "auto" and pool.decode_backend is not None
     )

@@ -17,7 +17,7 @@ class StatePool:
 
     Args:
         layout: per state layer, the `(shape, dtype)` of each array one request keeps.
-        num_slots: slots, the null slot 0 included.
+        num_slots: slots, slot 0 (never handed out) included.
     """
 
     def __init__(self, layout: tuple, num_slots: int):
@@ -33,8 +33,8 @@ class StatePool:
 
     @property
     def nbytes(self) -> int:
-        """Bytes the budget reserves: every slot's state."""
-        return self.num_slots * self.slot_bytes
+        """Bytes the budget reserves: every slot's state but the unused slot 0's."""
+        return (self.num_slots - 1) * self.slot_bytes
 
     def fill(self, pending: list[tuple[int, int | None]]) -> None:
         """Each `(slot, source)` takes the source slot's state, or zeros where it is None."""

@@ -65,3 +65,17 @@ def test_reset_forgets_snapshots_and_frees_their_slots():
     slots.save_snapshot("h")
     slots.reset_snapshots()
     assert not slots.has_snapshot("h") and len(slots.free) == 2
+
+
+def test_state_slots_take_at_most_half_the_budget_and_the_pages_the_rest():
+    from mlx_paged.kv.paged_setup import _pool_sizes
+
+    # 1000-byte blocks, 3000-byte states, 41 slots wanted (20 live requests, 20 snapshots).
+    assert _pool_sizes(1000, 16, 300_000, None, None, 3000, 41) == (180, 41)  # all fit in half
+    # 20_000 bytes: half holds 3 states, so 4 slots with the unused slot 0; pages get 11_000.
+    assert _pool_sizes(1000, 16, 20_000, None, None, 3000, 41) == (11, 4)
+    with pytest.raises(ValueError, match="holds no recurrent-state slot"):
+        _pool_sizes(1000, 16, 5_000, None, None, 3000, 41)
+    # Blocks given: the slots wanted come on top; attention-only models want none.
+    assert _pool_sizes(1000, 16, None, 50, None, 3000, 41) == (50, 41)
+    assert _pool_sizes(1000, 16, 20_000, None, None) == (20, 0)
