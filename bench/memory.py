@@ -4,8 +4,10 @@ BatchGenerator, on one seeded workload, measured by running each of them.
 
 Workload (seeded): prompt lengths log-normal (median 192 tokens, sigma 0.8, clipped to
 [16, 1536]); output lengths uniform in [32, 384]; EOS ignored, so every request produces its
-full output. The model is a small random-weight llama built offline (its weights do not change
-memory behaviour; its KV layout is 2 layers x 4 KV heads x 64 dims, bfloat16).
+full output. The model is a small random-weight llama, or with `--family qwen3_5` a Qwen3.5-like
+hybrid whose sequences also keep recurrent state (`memory_models.py`), built offline. The budget
+is `--budget-tokens` of the model's K/V; a hybrid's paged path spends it on pages and state
+slots, and every path's used bytes count each live sequence's state.
 
 Paged: the pool is the budget and the scheduler admits and preempts against it, so its
 concurrency is measured directly. The contiguous path and BatchGenerator have no KV budget; they
@@ -25,62 +27,15 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import mlx.core as mx
-
 from mlx_paged.progress import Progress
 
-CONFIG = {
-    "model_type": "llama",
-    "hidden_size": 128,
-    "num_hidden_layers": 2,
-    "intermediate_size": 256,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 4,
-    "head_dim": 64,
-    "rms_norm_eps": 1e-5,
-    "rope_theta": 10000.0,
-    "tie_word_embeddings": True,
-    "max_position_embeddings": 4096,
-    "vocab_size": 512,
-}
-KV_GROUP_SIZE = 64
-
-
-def build_model(out: Path) -> Path:
-    """A random llama with a byte-level tokenizer, written as an mlx-lm folder."""
-    from mlx_lm.models import llama
-    from mlx_lm.utils import save_config, save_model
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(
-        ["memory density benchmark"] * 10,
-        trainer=trainers.BpeTrainer(
-            vocab_size=300,
-            special_tokens=["<|eos|>"],
-            show_progress=False,
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|eos|>").save_pretrained(str(out))
-    mx.random.seed(0)
-    model = llama.Model(llama.ModelArgs.from_dict(CONFIG))
-    model.set_dtype(mx.bfloat16)
-    save_model(out, model)
-    save_config({**CONFIG, "eos_token_id": 0}, config_path=out / "config.json")
-    return out
-
-
-def kv_bytes_per_token(kv_bits: int = 16) -> int:
-    """KV bytes one token of the benchmark model takes, K and V of every layer."""
-    from mlx_paged.kernels.quantized_pages import layer_bytes_per_token as layer_bytes
-
-    heads, dim = CONFIG["num_key_value_heads"], CONFIG["head_dim"]
-    per_layer = layer_bytes(heads, dim, mx.bfloat16, kv_bits, kv_bits, KV_GROUP_SIZE)
-    return CONFIG["num_hidden_layers"] * per_layer
+from .memory_models import (
+    CONFIGS,
+    KV_GROUP_SIZE,
+    build_model,
+    kv_bytes_per_token,
+    state_bytes_per_sequence,
+)
 
 
 def workload(n: int, seed: int) -> list[tuple[list[int], int]]:
@@ -127,16 +82,23 @@ class Trace:
         }
 
 
-def run_paged(model_dir, jobs, budget, block_size, kv_bits: int = 16) -> Trace:
+def run_paged(
+    model_dir, jobs, budget, block_size, kv_bits: int = 16, family="llama", state_bytes=0
+) -> Trace:
+    """The paged path on `budget` bytes: all pages on an attention-only model; pages and
+    state slots (at most half) on a hybrid, whose sequences also hold `state_bytes` each."""
     from mlx_paged import LLM, SamplingParams
 
-    bytes_per_token = kv_bytes_per_token(kv_bits)
+    bytes_per_token = kv_bytes_per_token(family, kv_bits)
     block_bytes = block_size * bytes_per_token
+    pool_size = (
+        dict(kv_budget_bytes=budget) if state_bytes else dict(num_blocks=budget // block_bytes + 1)
+    )
     llm = LLM(
         str(model_dir),
         kv_paged=True,
         block_size=block_size,
-        num_blocks=budget // block_bytes + 1,
+        **pool_size,
         max_num_seqs=256,
         max_num_prefill_seqs=8,
         kv_bits=kv_bits,
@@ -150,16 +112,18 @@ def run_paged(model_dir, jobs, budget, block_size, kv_bits: int = 16) -> Trace:
     for _ in _steps(engine, jobs, f"paged path, {kv_bits}-bit pages"):
         live = engine.scheduler.running + engine.scheduler.prefilling
         used = sum(r.num_computed_tokens for r in live) * bytes_per_token
+        # Live requests' state slots; snapshots are cache, like free blocks that keep a hash.
+        states = len(live) * state_bytes
         trace.add(
             len(engine.scheduler.running),
-            (pool.num_usable_blocks - pool.num_free_blocks) * block_bytes,
-            used,
+            (pool.num_usable_blocks - pool.num_free_blocks) * block_bytes + states,
+            used + states,
             len(engine.scheduler.waiting),
         )
     return trace
 
 
-def run_contiguous(model_dir, jobs, cap, bytes_per_token) -> Trace:
+def run_contiguous(model_dir, jobs, cap, bytes_per_token, state_bytes=0) -> Trace:
     from mlx_paged import LLM, SamplingParams
 
     llm = LLM(str(model_dir), kv_paged=False, max_num_seqs=cap, max_num_prefill_seqs=min(cap, 8))
@@ -170,13 +134,12 @@ def run_contiguous(model_dir, jobs, cap, bytes_per_token) -> Trace:
     for _ in _steps(engine, jobs, "contiguous path"):
         live = engine.scheduler.running + engine.scheduler.prefilling
         used = sum(r.num_computed_tokens + len(r.output_token_ids) for r in live)
-        trace.add(
-            len(engine.scheduler.running), engine.runner.kv_bytes_in_use, used * bytes_per_token
-        )
+        used = used * bytes_per_token + len(live) * state_bytes
+        trace.add(len(engine.scheduler.running), engine.runner.kv_bytes_in_use, used)
     return trace
 
 
-def run_batch_generator(model_dir, jobs, cap, bytes_per_token) -> Trace:
+def run_batch_generator(model_dir, jobs, cap, bytes_per_token, state_bytes=0) -> Trace:
     from mlx_lm import load
     from mlx_lm.generate import BatchGenerator
 
@@ -197,8 +160,9 @@ def run_batch_generator(model_dir, jobs, cap, bytes_per_token) -> Trace:
             break
         bar.update(len(responses))
         batches = (gen._generation_batch, gen._prompt_batch)
-        used = sum(len(t) for b in batches for t in b.tokens)
-        trace.add(len(gen._generation_batch), gen.prompt_cache_nbytes, used * bytes_per_token)
+        used = sum(len(t) for b in batches for t in b.tokens) * bytes_per_token
+        used += sum(len(b.tokens) for b in batches) * state_bytes
+        trace.add(len(gen._generation_batch), gen.prompt_cache_nbytes, used)
     gen.close()
     bar.close()
     return trace
@@ -217,22 +181,24 @@ def _steps(engine, jobs, desc: str):
 
 
 def main(args) -> int:
-    bytes_per_token = kv_bytes_per_token()
+    family = args.family
+    bytes_per_token = kv_bytes_per_token(family)
     budget = args.budget_tokens * bytes_per_token
     jobs = workload(args.requests, args.seed)
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = build_model(Path(tmp))
+        model_dir = build_model(Path(tmp), family)
+        state = state_bytes_per_sequence(model_dir)
         results = {
             ("paged" if bits == 16 else f"paged_kv{bits}"): run_paged(
-                model_dir, jobs, budget, args.block_size, bits
+                model_dir, jobs, budget, args.block_size, bits, family, state
             ).summary(budget, True)
             for bits in sorted(set(args.kv_bits) | {16}, reverse=True)
         }
-        results["contiguous"] = run_contiguous(model_dir, jobs, args.cap, bytes_per_token).summary(
-            budget, False
-        )
+        results["contiguous"] = run_contiguous(
+            model_dir, jobs, args.cap, bytes_per_token, state
+        ).summary(budget, False)
         results["mlx_lm_batch_generator"] = run_batch_generator(
-            model_dir, jobs, args.cap, bytes_per_token
+            model_dir, jobs, args.cap, bytes_per_token, state
         ).summary(budget, False)
     print(
         f"KV budget {budget / 2**20:.1f} MiB ({args.budget_tokens} tokens), {args.requests} "
@@ -266,7 +232,8 @@ def main(args) -> int:
                 "kv_group_size": KV_GROUP_SIZE,
                 "workload": "prompt ~ lognormal(median 192, sigma 0.8) in [16, 1536]; "
                 "output ~ uniform[32, 384]; EOS ignored",
-                "model": CONFIG,
+                "model": CONFIGS[family],
+                "state_bytes_per_sequence": state,
                 "results": results,
             },
             indent=2,

@@ -75,6 +75,12 @@ def _add_memory(sub: argparse._SubParsersAction) -> None:
         default=[16],
         help="bits per K/V value of the paged runs, e.g. 16 8 4 (default 16)",
     )
+    p.add_argument(
+        "--family",
+        choices=("llama", "qwen3_5"),
+        default="llama",
+        help="the random model: a llama, or a Qwen3.5-like hybrid (recurrent state per sequence)",
+    )
     p.add_argument("--out", default="bench/out/memory.json", help="JSON results file")
     p.set_defaults(run=_bench("memory"))
 

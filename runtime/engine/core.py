@@ -23,15 +23,15 @@ from mlx_paged.engine.inbox import EngineInbox
 from mlx_paged.engine.metrics import EngineMetrics
 from mlx_paged.engine.output_router import OutputRouter
 from mlx_paged.engine.outputs import CoreOutput
-from mlx_paged.engine.request import Request, RequestStatus
-from mlx_paged.engine.request_checks import RequestLimits, context_length
-from mlx_paged.engine.request_stream import RequestStream
-from mlx_paged.engine.scheduler import PromptSchedule, Scheduler
+from mlx_paged.engine.scheduler import Scheduler
 from mlx_paged.engine.step_pacer import StepPacer
 from mlx_paged.engine.step_recovery import StepRecovery
 from mlx_paged.engine.stop_checker import StopChecker
-from mlx_paged.kv.paged_setup import build_paged_path
+from mlx_paged.request import PromptSchedule, Request, RequestStatus
+from mlx_paged.engine.request_checks import RequestLimits, context_length
+from mlx_paged.engine.request_stream import RequestStream
 from mlx_paged.runner.contiguous_runner import ContiguousRunner
+from mlx_paged.runner.paged_setup import build_paged_path
 from mlx_paged.sampling.sampler import make_row_sampling
 from mlx_paged.sampling.sampling_params import SamplingParams
 
@@ -279,12 +279,11 @@ class Engine(EngineInbox, StepRecovery):
 
     def _admit(self, req: Request) -> None:
         params = req.sampling_params
-        resumed = "sampling" in req.runtime  # back after a preemption: its output state stays
+        # Back after a preemption: its output state stays.
+        resumed = req.runtime.sampling is not None
         if params.seed is not None and not resumed:
             mx.random.seed(params.seed)  # safe: a seeded request runs alone
-        req.runtime["sampling"] = make_row_sampling(
-            params, req.all_token_ids[:-1], self._xtc_special
-        )
+        req.runtime.sampling = make_row_sampling(params, req.all_token_ids[:-1], self._xtc_special)
         if not resumed:
             self.metrics.prefix_cache_hit_tokens_total += req.num_cached_tokens
 

@@ -85,7 +85,7 @@ def _receive(conn, engine, send: PipeSender) -> None:
     """Move the front's messages into the engine's inbox; answer queries at once, from live
     state, even while a step runs."""
     from mlx_paged.engine.metrics import render_prometheus
-    from mlx_paged.engine.request import Request
+    from mlx_paged.request import Request
 
     while True:
         try:

@@ -7,7 +7,7 @@ import logging
 import queue
 
 from mlx_paged.engine.outputs import CoreOutput
-from mlx_paged.engine.request import Request, RequestStatus
+from mlx_paged.request import Request, RequestStatus
 
 logger = logging.getLogger(__name__)
 

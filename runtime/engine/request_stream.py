@@ -6,7 +6,7 @@ import queue
 from collections.abc import Callable
 
 from mlx_paged.engine.outputs import RequestOutput
-from mlx_paged.engine.request import Request
+from mlx_paged.request import Request
 
 
 class RequestStream:

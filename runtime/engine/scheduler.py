@@ -26,11 +26,10 @@ back to the front of the queue, to be recomputed later from its prompt and outpu
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Protocol
 
-from mlx_paged.engine.request import Request, RequestStatus
 from mlx_paged.engine.step_pacer import MIN_TOKENS
+from mlx_paged.request import PromptSchedule, Request, RequestStatus
 
 
 class KVSpace(Protocol):
@@ -46,19 +45,6 @@ class KVSpace(Protocol):
     def free(self, request: Request, cache_computed: bool = False) -> None:
         """Release the request's blocks (finished, aborted or preempted); `cache_computed`
         keeps a decoding request's computed blocks findable by the prefix cache."""
-
-
-@dataclass(slots=True)
-class PromptSchedule:
-    """The prompt-side work of one step, in the order the model runner executes it."""
-
-    joining: list[Request] = field(default_factory=list)
-    starting: list[Request] = field(default_factory=list)
-    prefill: list[tuple[Request, int]] = field(default_factory=list)
-
-    @property
-    def is_empty(self) -> bool:
-        return not (self.joining or self.starting or self.prefill)
 
 
 class Scheduler:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from mlx_paged.engine.fault_isolation import reset_sampling_state
-from mlx_paged.engine.request import Request
+from mlx_paged.request import Request
 
 logger = logging.getLogger("mlx_paged.engine")
 
@@ -53,7 +53,7 @@ class StepRecovery:
         for req, message in culprits:
             self._fail(req, f"sampling failed for this request's parameters: {message}")
         for req in in_flight if not culprits else ():
-            req.runtime["step_failures"] = failures = req.runtime.get("step_failures", 0) + 1
+            req.runtime.step_failures = failures = req.runtime.step_failures + 1
             if failures >= MAX_STEP_FAILURES:
                 self._fail(req, f"engine step failed: {self.last_step_error}")
         self.scheduler.requeue([r for r in in_flight if not r.is_finished])
@@ -64,8 +64,8 @@ class StepRecovery:
         failing = []
         for req in requests:
             try:
-                if "sampling" in req.runtime:
-                    self._check_sampling.check_row(req.runtime["sampling"])
+                if req.runtime.sampling is not None:
+                    self._check_sampling.check_row(req.runtime.sampling)
             except Exception as exc:
                 failing.append((req, str(exc)))
         return failing

@@ -9,7 +9,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from mlx_paged.engine.outputs import CoreOutput
-from mlx_paged.engine.request import Request
+from mlx_paged.request import Request
 
 
 class StopChecker:
@@ -20,13 +20,13 @@ class StopChecker:
 
     def stop_token_ids(self, request: Request) -> frozenset:
         """The ids that end `request`: its own stop ids, plus EOS unless it ignores EOS."""
-        ids = request.runtime.get("stop_token_ids")
+        ids = request.runtime.stop_token_ids
         if ids is None:
             params = request.sampling_params
             ids = frozenset(params.stop_token_ids) | (
                 frozenset() if params.ignore_eos else self.eos_token_ids
             )
-            request.runtime["stop_token_ids"] = ids
+            request.runtime.stop_token_ids = ids
         return ids
 
     def process(self, request: Request, token: int, logprobs: mx.array | None) -> CoreOutput:
@@ -36,7 +36,7 @@ class StopChecker:
         (and wins). A stop token is counted but not emitted.
         """
         params = request.sampling_params
-        request.runtime["num_sampled"] = num_sampled = request.runtime.get("num_sampled", 0) + 1
+        request.runtime.num_sampled = num_sampled = request.runtime.num_sampled + 1
         out = CoreOutput(
             request.request_id,
             num_prompt_tokens=request.num_prompt_tokens,

@@ -21,8 +21,8 @@ import threading
 
 import mlx.core as mx
 
+from mlx_paged.kv.shape_buckets import bucket as pow2_bucket
 from mlx_paged.progress import progress
-from mlx_paged.runner.block_table import bucket as pow2_bucket
 
 logger = logging.getLogger(__name__)
 

@@ -15,11 +15,6 @@ _FIRST_ROWS = 8
 _FIRST_BLOCKS = 64
 
 
-def bucket(n: int, minimum: int = 1) -> int:
-    """The power of two at or above `n` (and `minimum`): padded sizes that repeat."""
-    return max(minimum, 1 << max(n - 1, 0).bit_length())
-
-
 class BlockTable:
     """Block ids of the decode rows in one preallocated int32 array; padding is block 0 (the
     null block).

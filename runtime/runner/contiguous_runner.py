@@ -15,8 +15,7 @@ import logging
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlx_paged.engine.request import Request
-from mlx_paged.engine.scheduler import PromptSchedule
+from mlx_paged.request import PromptSchedule, Request
 from mlx_paged.runner.batch_check import batching_is_exact
 from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
 

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from mlx_paged.engine.request import Request
-from mlx_paged.engine.scheduler import PromptSchedule
+from mlx_paged.request import PromptSchedule, Request
 from mlx_paged.sampling.sampler import sample
 
 
@@ -80,7 +79,7 @@ class LookaheadDecoder:
             raise RuntimeError("decode rows differ from the runner's batch order")
         inputs, current_logprobs = self.next_tokens, self.next_logprobs
         logits = forward(inputs)
-        tokens, logprobs, contexts = sample(logits, inputs, [r.runtime["sampling"] for r in rows])
+        tokens, logprobs, contexts = sample(logits, inputs, [r.runtime.sampling for r in rows])
         self.next_tokens, self.next_logprobs = tokens, _rows_asking(rows, logprobs)
         writes = pending_writes() if pending_writes else ()
         mx.async_eval(tokens, _present(self.next_logprobs), contexts, writes)
@@ -108,7 +107,7 @@ class LookaheadDecoder:
     def start_rows(self, rows: list[Request], logits: mx.array, inputs: mx.array) -> None:
         """Sample the first tokens of requests whose last prompt token gave `logits`, and append
         them to the decode batch (their tokens come out at the next decode step)."""
-        tokens, logprobs, contexts = sample(logits, inputs, [r.runtime["sampling"] for r in rows])
+        tokens, logprobs, contexts = sample(logits, inputs, [r.runtime.sampling for r in rows])
         wanted = _rows_asking(rows, logprobs)
         mx.async_eval(tokens, _present(wanted), contexts)
         if self.next_tokens is None or not self.decode_rows:

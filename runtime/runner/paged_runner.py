@@ -13,8 +13,6 @@ import logging
 import mlx.core as mx
 import numpy as np
 
-from mlx_paged.engine.request import Request
-from mlx_paged.engine.scheduler import PromptSchedule
 from mlx_paged.kernels.kernel_inputs import input_array
 from mlx_paged.kv.cache_plan import AttentionSlot, CachePlan
 from mlx_paged.kv.kv_cache_manager import KVCacheManager, cdiv
@@ -24,8 +22,10 @@ from mlx_paged.kv.paged_cache import (
     PagedLayerCache,
     split_slots,
 )
+from mlx_paged.kv.shape_buckets import bucket
 from mlx_paged.kv.state_pool import StatePool
-from mlx_paged.runner.block_table import BlockTable, bucket
+from mlx_paged.request import PromptSchedule, Request
+from mlx_paged.runner.block_table import BlockTable
 from mlx_paged.runner.compiled_decode import CompiledDecode
 from mlx_paged.runner.hybrid_states import HybridStates
 from mlx_paged.runner.logits_head import split_logits_head
@@ -139,11 +139,13 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             num_rows, width = bucket(num_rows), bucket(width, MIN_COMPILED_TABLE_BLOCKS)
         return len(context_lens), *self.block_table.decode_inputs(context_lens, num_rows, width)
 
-    def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata, body=None, states=()):
-        """`body or model` over `tokens` with the paged caches of `meta` and, on a hybrid, the
+    def _caches(self, meta: PagedAttentionMetadata, states=()) -> list:
+        """The model's caches for one forward: paged ones for `meta` and, on a hybrid, the
         `ArraysCache`s `states` (which the forward advances)."""
-        caches = self.plan.build(lambda i: PagedLayerCache(self.pool, i, meta), states.__getitem__)
-        return (body or self.model)(tokens, cache=caches)
+        return self.plan.build(lambda i: PagedLayerCache(self.pool, i, meta), states.__getitem__)
+
+    def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata, states=()) -> mx.array:
+        return self.model(tokens, cache=self._caches(meta, states))
 
     def decode(self, rows: list[Request], prefill=()) -> list[RowOutput]:
         """One decode forward over `rows`; with `prefill` chunks `(request, tokens)`, the same
@@ -202,7 +204,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             decode_rows=decode,
         )
         tokens = mx.concatenate([_padded(inputs, len(lens)), mx.array(ids, inputs.dtype)])
-        hidden = self._forward(tokens[:, None], meta, self.logits_head.body)
+        hidden = self.logits_head.body(tokens[:, None], cache=self._caches(meta))
         return self.logits_head.head(hidden[:real, -1, :])
 
     def _decode_logits(self, inputs: mx.array, meta: PagedAttentionMetadata) -> mx.array:

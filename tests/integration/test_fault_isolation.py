@@ -76,8 +76,8 @@ def test_a_row_whose_sampler_throws_in_a_step_fails_alone(llm):
     for _ in range(4):  # all three decoding
         engine.drain_inbox()
         engine.step()
-    row = victim.request.runtime["sampling"]
-    victim.request.runtime["sampling"] = dataclasses.replace(
+    row = victim.request.runtime.sampling
+    victim.request.runtime.sampling = dataclasses.replace(
         row, processors=(lambda context, logits: logits.reshape(7, -1),)
     )  # 7 does not divide the vocabulary
     outs = run(engine, [victim, *others])

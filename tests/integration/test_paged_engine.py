@@ -115,9 +115,9 @@ def test_aligned_prefill_shapes_give_the_same_tokens(tiny_model_dir):
     widths, steps = [], []
     forward, schedule_prompts = engine.runner._forward, engine.scheduler.schedule_prompts
 
-    def recorded_forward(tokens, meta):
+    def recorded_forward(tokens, meta, **kwargs):
         widths.append(tokens.shape[1])
-        return forward(tokens, meta)
+        return forward(tokens, meta, **kwargs)
 
     def recorded_schedule(num_decode_rows):
         plan = schedule_prompts(num_decode_rows)

@@ -19,9 +19,9 @@ def test_rows_start_in_the_decode_forward(tiny_model_dir):
     prefill, decode, join, forward = runner._prefill, runner._decode, runner._join, runner._forward
 
     def recorded(kind, call, log):
-        def wrapped(arg, *rest):
+        def wrapped(arg, *rest, **kwargs):
             log.append(kind if kind else arg)
-            return call(arg, *rest)
+            return call(arg, *rest, **kwargs)
 
         return wrapped
 
@@ -52,11 +52,11 @@ def test_prefill_chunks_run_in_the_decode_forward(tiny_model_dir):
     )
 
     def counted(name, call):
-        def wrapped(*args):
+        def wrapped(*args, **kwargs):
             calls[name] += 1
             if name == "other" and call is prefill:
                 decoding_at_prefill.append(len(runner.decode_rows))
-            return call(*args)
+            return call(*args, **kwargs)
 
         return wrapped
 
@@ -101,9 +101,9 @@ def test_a_model_whose_head_cannot_be_split_prefills_in_forwards_of_its_own(
     mixed, prefill = runner._mixed, runner._prefill
 
     def counted(name, call):
-        def wrapped(*args):
+        def wrapped(*args, **kwargs):
             calls[name] += 1
-            return call(*args)
+            return call(*args, **kwargs)
 
         return wrapped
 

@@ -4,7 +4,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from mlx_paged.runner.block_table import BlockTable, bucket
+from mlx_paged.kv.shape_buckets import bucket
+from mlx_paged.runner.block_table import BlockTable
 
 
 def _blocks(*ids):

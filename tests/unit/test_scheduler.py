@@ -2,8 +2,8 @@
 
 import pytest
 
-from mlx_paged.engine.request import Request, RequestStatus
 from mlx_paged.engine.scheduler import Scheduler
+from mlx_paged.request import Request, RequestStatus
 from mlx_paged.sampling.sampling_params import SamplingParams
 
 

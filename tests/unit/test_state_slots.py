@@ -68,7 +68,7 @@ def test_reset_forgets_snapshots_and_frees_their_slots():
 
 
 def test_state_slots_take_at_most_half_the_budget_and_the_pages_the_rest():
-    from mlx_paged.kv.paged_setup import _pool_sizes
+    from mlx_paged.runner.paged_setup import _pool_sizes
 
     # 1000-byte blocks, 3000-byte states, 41 slots wanted (20 live requests, 20 snapshots).
     assert _pool_sizes(1000, 16, 300_000, None, None, 3000, 41) == (180, 41)  # all fit in half

@@ -1,4 +1,6 @@
-"""A request's state as it moves through the scheduler."""
+"""A request's state as it moves through the scheduler, and the prompt work of one step: the
+types the engine, its scheduler and the model runners share (they import this, never each
+other's)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,16 @@ class RequestStatus(enum.Enum):
         return self.value in ("stop", "length", "abort", "error")
 
 
+@dataclass(slots=True)
+class RequestRuntime:
+    """What the engine keeps for a running request beside its tokens."""
+
+    sampling: Any = None  # `RowSampling`, built at admission (kept across preemptions)
+    stop_token_ids: frozenset | None = None  # end-of-sequence ids that stop it, built once
+    num_sampled: int = 0  # tokens sampled so far, counting any the stop checker held back
+    step_failures: int = 0  # failed steps it was part of (fault isolation)
+
+
 @dataclass(eq=False)
 class Request:
     """One sequence: its prompt, what has been computed, what has been generated.
@@ -50,8 +62,7 @@ class Request:
     finish_reason: str | None = None
     num_preemptions: int = 0
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache
-    # Per-request objects built once at admission (sampler, logits processors, detokenizer state).
-    runtime: dict[str, Any] = field(default_factory=dict)
+    runtime: RequestRuntime = field(default_factory=RequestRuntime)
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -70,3 +81,16 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.status.is_finished
+
+
+@dataclass(slots=True)
+class PromptSchedule:
+    """The prompt-side work of one step, in the order the model runner executes it."""
+
+    joining: list[Request] = field(default_factory=list)
+    starting: list[Request] = field(default_factory=list)
+    prefill: list[tuple[Request, int]] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.joining or self.starting or self.prefill)

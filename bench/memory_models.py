@@ -1,0 +1,94 @@
+"""The small random models `bench memory` runs: a llama (2 layers x 4 KV heads x 64 dims,
+bfloat16) and a Qwen3.5-like hybrid (3 Gated DeltaNet layers and 1 full-attention layer of the
+same K/V shape, so a token's K/V is half the llama's while each sequence also keeps about 390
+tokens' worth of recurrent state). Their weights do not change memory behaviour."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlx.core as mx
+
+_ATTENTION = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 64,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+    "max_position_embeddings": 4096,
+    "vocab_size": 512,
+}
+CONFIGS = {
+    "llama": {"model_type": "llama", "num_hidden_layers": 2, "rms_norm_eps": 1e-5, **_ATTENTION},
+    "qwen3_5": {
+        "model_type": "qwen3_5",
+        "num_hidden_layers": 4,
+        "full_attention_interval": 4,
+        "linear_num_key_heads": 4,
+        "linear_num_value_heads": 8,
+        "linear_key_head_dim": 64,
+        "linear_value_head_dim": 64,
+        "linear_conv_kernel_dim": 4,
+        "rms_norm_eps": 1e-6,
+        **_ATTENTION,
+    },
+}
+KV_GROUP_SIZE = 64
+
+
+def build_model(out: Path, family: str = "llama") -> Path:
+    """A random `CONFIGS[family]` model with a byte-level tokenizer, as an mlx-lm folder."""
+    import importlib
+
+    from mlx_lm.utils import save_config, save_model
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    config = CONFIGS[family]
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(
+        ["memory density benchmark"] * 10,
+        trainer=trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<|eos|>"],
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|eos|>").save_pretrained(str(out))
+    module = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
+    mx.random.seed(0)
+    model = module.Model(module.ModelArgs.from_dict(dict(config)))
+    model.set_dtype(mx.bfloat16)
+    save_model(out, model)
+    save_config({**config, "eos_token_id": 0}, config_path=out / "config.json")
+    return out
+
+
+def kv_bytes_per_token(family: str = "llama", kv_bits: int = 16) -> int:
+    """KV bytes one token of the model takes, K and V of every attention layer."""
+    from mlx_paged.kernels.quantized_pages import layer_bytes_per_token as layer_bytes
+
+    config = CONFIGS[family]
+    heads, dim = config["num_key_value_heads"], config["head_dim"]
+    per_layer = layer_bytes(heads, dim, mx.bfloat16, kv_bits, kv_bits, KV_GROUP_SIZE)
+    interval = config.get("full_attention_interval", 1)
+    return config["num_hidden_layers"] // interval * per_layer
+
+
+def state_bytes_per_sequence(model_dir: Path) -> int:
+    """Bytes of recurrent state one sequence keeps (0 for attention-only models), as the
+    paged path's probe finds them."""
+    from mlx_lm import load
+
+    from mlx_paged.kv.attention_hook import install_attention_hook
+    from mlx_paged.kv.kv_layout import probe_kv_layout
+    from mlx_paged.kv.state_pool import slot_bytes
+
+    model, _ = load(str(model_dir))
+    install_attention_hook()  # the probe sees attention through the hook
+    return slot_bytes(probe_kv_layout(model).state)
