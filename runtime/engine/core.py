@@ -23,13 +23,13 @@ from mlx_paged.engine.inbox import EngineInbox
 from mlx_paged.engine.metrics import EngineMetrics
 from mlx_paged.engine.output_router import OutputRouter
 from mlx_paged.engine.outputs import CoreOutput
+from mlx_paged.engine.request_checks import RequestLimits, context_length
+from mlx_paged.engine.request_stream import RequestStream
 from mlx_paged.engine.scheduler import Scheduler
 from mlx_paged.engine.step_pacer import StepPacer
 from mlx_paged.engine.step_recovery import StepRecovery
 from mlx_paged.engine.stop_checker import StopChecker
 from mlx_paged.request import PromptSchedule, Request, RequestStatus
-from mlx_paged.engine.request_checks import RequestLimits, context_length
-from mlx_paged.engine.request_stream import RequestStream
 from mlx_paged.runner.contiguous_runner import ContiguousRunner
 from mlx_paged.runner.paged_setup import build_paged_path
 from mlx_paged.sampling.sampler import make_row_sampling

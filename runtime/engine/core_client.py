@@ -12,10 +12,10 @@ import time
 
 from mlx_paged.engine.core_process import EngineProcessSpec, run_engine_process
 from mlx_paged.engine.output_router import OutputRouter
-from mlx_paged.errors import InvalidRequestError
-from mlx_paged.request import next_request_id
 from mlx_paged.engine.request_checks import RequestLimits
 from mlx_paged.engine.request_stream import RequestStream
+from mlx_paged.errors import InvalidRequestError
+from mlx_paged.request import next_request_id
 from mlx_paged.sampling.sampling_params import SamplingParams
 
 logger = logging.getLogger("mlx_paged.engine")

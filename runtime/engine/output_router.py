@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from mlx_paged.engine.output_processor import OutputProcessor
 from mlx_paged.engine.outputs import CoreOutput, RequestOutput
-from mlx_paged.request import Request
 from mlx_paged.engine.request_stream import RequestStream
+from mlx_paged.request import Request
 from mlx_paged.sampling.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
