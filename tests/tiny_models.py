@@ -159,6 +159,19 @@ EXTRA = {
         "mamba_d_state": 16,
         "mamba_chunk_size": 16,
     },
+    # Gemma 4 like the 26B: global layers at another head size, fewer KV heads, K = V.
+    "gemma4_text": {
+        "global_head_dim": 32,
+        "num_global_key_value_heads": 1,
+        "attention_k_eq_v": True,
+        "num_kv_shared_layers": 0,
+        "hidden_size_per_layer_input": 0,
+        "vocab_size_per_layer_input": 384,
+        "sliding_window": 8,
+        "sliding_window_pattern": 2,
+        "use_double_wide_mlp": False,
+        "num_hidden_layers": 4,
+    },
     "ministral3": {"rope_parameters": ROPE_LLAMA4},
     # Multi-head latent attention: attends to K/V computed from what it caches.
     "mistral4": {

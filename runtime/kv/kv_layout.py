@@ -106,6 +106,17 @@ def _check_attention_layer(i: int, cache: _ProbeCache) -> None:
         )
 
 
+def _describe_shapes(shapes: list[tuple[int, int, int]]) -> str:
+    """ "attention layers 0, 2: 2 KV heads x K 16 / V 16; ..." for each shape, in order."""
+    layers: dict = {}
+    for i, shape in enumerate(shapes):
+        layers.setdefault(shape, []).append(str(i))
+    return "; ".join(
+        f"attention layers {', '.join(ids)}: {h} KV heads x K {k} / V {v}"
+        for (h, k, v), ids in layers.items()
+    )
+
+
 def probe_kv_layout(model) -> KVLayout:
     """The K/V layout the model writes, and the arrays its state layers keep, seen on one- and
     two-token forwards.
@@ -120,15 +131,18 @@ def probe_kv_layout(model) -> KVLayout:
     _probe(model, plan, 2, windows)
     caches, states = _probe(model, plan, 1, windows)
     seen = [c.fetched[0] for c in caches]
-    shapes = {(k.shape[1], k.shape[3], v.shape[3]) for k, v in seen}
-    if len(shapes) != 1:
+    shapes = [(k.shape[1], k.shape[3], v.shape[3]) for k, v in seen]
+    if len(set(shapes)) != 1:
         raise ValueError(
-            f"the paged KV path needs every layer to cache K/V of one shape; "
-            f"this model's layers give {sorted(shapes)}: {_OFF}"
+            f"the paged KV path needs every attention layer to cache K/V of one shape, and "
+            f"this model's do not ({_describe_shapes(shapes)}): {_OFF}"
         )
-    heads, k_dim, v_dim = shapes.pop()
+    heads, k_dim, v_dim = shapes[0]
     if k_dim != v_dim:
-        raise ValueError(f"the paged KV path needs equal K and V head sizes: {_OFF}")
+        raise ValueError(
+            f"the paged KV path needs equal K and V head sizes; this model's attention layers "
+            f"cache K of {k_dim} and V of {v_dim} per head: {_OFF}"
+        )
     queries = {c.attended[0][:2] for c in caches}
     num_heads, q_dtype = queries.pop() if len(queries) == 1 else (None, None)
     state = tuple(tuple((a.shape[1:], a.dtype) for a in s.cache) for s in states)

@@ -10,6 +10,9 @@ from mlx_paged import LLM, SamplingParams
 
 REFUSED = {
     "mistral3:mistral4": "attention layer 0 attends to K/V other than the ones it cached",
+    # Gemma 4 (26B-like): sliding layers at head size 16, global layers at 32 with K = V.
+    "gemma4_text": "attention layers 0, 2: 2 KV heads x K 16 / V 16; "
+    "attention layers 1, 3: 1 KV heads x K 32 / V 32",
 }
 
 
