@@ -25,6 +25,9 @@ from mlx_paged.kv.paged_cache import PagedLayerCache, PagedMask
 from mlx_paged.kv.row_attention import causal_row, chunk_rows_attention, row_shapes
 
 _original = base.scaled_dot_product_attention
+# Called with (keys, values) for attention calls whose cache is not paged, while the layout
+# probe runs (`kv_layout.py`): layers that attend to K/V another layer cached.
+uncached_observers: list = []
 
 # Families whose attention does not go through base.scaled_dot_product_attention on the K/V the
 # cache returns (mlx-lm 0.32), refused before the probe (`kv_layout.py`) runs them: the probe
@@ -119,6 +122,8 @@ def paged_scaled_dot_product_attention(
         )
     if hasattr(cache, "observe_attention"):  # the layout probe at load
         cache.observe_attention(queries, keys, values, mask)
+    elif uncached_observers:  # the probe: attention without a cache of its own
+        uncached_observers[-1](keys, values)
     return _original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
 

@@ -10,11 +10,12 @@ token, then two) with recording caches checks that, and refuses anything else wi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache
 
+from mlx_paged.kv import attention_hook
 from mlx_paged.kv.cache_plan import CachePlan, plan_caches
 
 _OFF = "use --kv-paged off"
@@ -51,12 +52,32 @@ class KVLayout:
     num_kv_heads: int
     head_dim: int
     dtype: mx.Dtype
-    num_heads: int | None  # query heads (None when they differ between layers)
+    num_heads: int | None  # query heads (layer 0's when `layer_shapes` differ)
     query_dtype: mx.Dtype | None
     sliding_window: bool  # some layer attends through a sliding window
     plan: CachePlan | None = None  # the model's caches as attention and state slots
     # Per state layer, the (shape, dtype) of each array one request keeps.
     state: tuple = ()
+    # Per attention layer, (KV heads, head size, query heads); empty: every layer's is the one
+    # of `num_kv_heads`, `head_dim` and `num_heads` (those are then layer 0's).
+    layer_shapes: tuple = ()
+
+    @property
+    def shapes(self) -> tuple:
+        """Per attention layer, (KV heads, head size, query heads)."""
+        return self.layer_shapes or ((self.num_kv_heads, self.head_dim, self.num_heads),) * (
+            self.num_layers
+        )
+
+    def by_shape(self) -> list[KVLayout]:
+        """One uniform layout per distinct layer shape (the kernels are chosen per shape)."""
+        distinct = list(dict.fromkeys(self.shapes))
+        if len(distinct) == 1:
+            return [self]
+        return [
+            replace(self, num_kv_heads=h, head_dim=d, num_heads=q, layer_shapes=())
+            for h, d, q in distinct
+        ]
 
 
 def _probe(model, plan: CachePlan, num_tokens: int, windows: set):
@@ -64,6 +85,8 @@ def _probe(model, plan: CachePlan, num_tokens: int, windows: set):
     both, checked."""
     caches = [_ProbeCache(windows) for _ in range(plan.num_attention)]
     states = [ArraysCache(size) for size in plan.state_sizes]
+    uncached: list = []
+    attention_hook.uncached_observers.append(lambda k, v: uncached.append((k, v)))
     try:
         tokens = mx.zeros((1, num_tokens), dtype=mx.int32)
         mx.eval(model(tokens, cache=plan.build(caches.__getitem__, states.__getitem__)))
@@ -73,6 +96,9 @@ def _probe(model, plan: CachePlan, num_tokens: int, windows: set):
             f"({type(exc).__name__}: {exc}), so the paged KV path cannot serve it: "
             f"{_OFF}"
         ) from exc
+    finally:
+        attention_hook.uncached_observers.pop()
+    _check_uncached(uncached, caches)
     for i, cache in enumerate(caches):
         _check_attention_layer(i, cache)
     for j, state in enumerate(states):
@@ -82,6 +108,19 @@ def _probe(model, plan: CachePlan, num_tokens: int, windows: set):
                 f"slot would be incomplete: {_OFF}"
             )
     return caches, states
+
+
+def _check_uncached(uncached: list, caches: list[_ProbeCache]) -> None:
+    """Refuse attention, without a cache of its own, over the K/V another layer cached
+    (Gemma 4's and gemma3n's KV-shared layers): the pages hold that context, the call would
+    see only this forward's part of it."""
+    fetched = {id(k): i for i, c in enumerate(caches) for k, _ in c.fetched}
+    for keys, _ in uncached:
+        if id(keys) in fetched:
+            raise ValueError(
+                f"a layer attends to the K/V attention layer {fetched[id(keys)]} cached "
+                f"(K/V shared across layers), which the paged KV path does not serve yet: {_OFF}"
+            )
 
 
 def _check_attention_layer(i: int, cache: _ProbeCache) -> None:
@@ -132,19 +171,17 @@ def probe_kv_layout(model) -> KVLayout:
     caches, states = _probe(model, plan, 1, windows)
     seen = [c.fetched[0] for c in caches]
     shapes = [(k.shape[1], k.shape[3], v.shape[3]) for k, v in seen]
-    if len(set(shapes)) != 1:
+    if any(k_dim != v_dim for _, k_dim, v_dim in shapes):
         raise ValueError(
-            f"the paged KV path needs every attention layer to cache K/V of one shape, and "
-            f"this model's do not ({_describe_shapes(shapes)}): {_OFF}"
+            f"the paged KV path needs equal K and V head sizes, and this model's attention "
+            f"layers differ ({_describe_shapes(shapes)}): {_OFF}"
         )
-    heads, k_dim, v_dim = shapes[0]
-    if k_dim != v_dim:
-        raise ValueError(
-            f"the paged KV path needs equal K and V head sizes; this model's attention layers "
-            f"cache K of {k_dim} and V of {v_dim} per head: {_OFF}"
-        )
-    queries = {c.attended[0][:2] for c in caches}
-    num_heads, q_dtype = queries.pop() if len(queries) == 1 else (None, None)
+    q_dtypes = {c.attended[0][1] for c in caches}
+    q_dtype = q_dtypes.pop() if len(q_dtypes) == 1 else None
+    layer_shapes = tuple((h, d, c.attended[0][0]) for (h, d, _), c in zip(shapes, caches))
+    heads, k_dim, num_heads = layer_shapes[0]
+    if len(set(layer_shapes)) == 1:
+        layer_shapes = ()
     state = tuple(tuple((a.shape[1:], a.dtype) for a in s.cache) for s in states)
     return KVLayout(
         len(seen),
@@ -156,4 +193,5 @@ def probe_kv_layout(model) -> KVLayout:
         any(w is not None for w in windows),
         plan,
         state,
+        layer_shapes,
     )

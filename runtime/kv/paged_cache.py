@@ -1,12 +1,12 @@
 """Paged KV caches as mlx-lm models see them.
 
 One `PagedKVPool` holds every layer's pages `[num_blocks, block_size, num_kv_heads, head_dim]`
-(token-major, "NHD"): a K and a V array a layer (`KVPages`), or on quantized pages one array
-whose rows hold both (`QuantizedKVPages`). For each forward, the runner builds a
-`PagedAttentionMetadata` (block tables, lengths, positions, slot mapping) and hands the model
-one `PagedLayerCache` per layer. The cache writes new K/V into the pool by scatter at
-`slot_mapping`, returns only the new K/V, and the patched attention (`attention_hook.py`) reads
-the pages through the block tables.
+(token-major, "NHD"; heads and head size may differ between layers): a K and a V array a layer
+(`KVPages`), or on quantized pages one array whose rows hold both (`QuantizedKVPages`). For each
+forward, the runner builds a `PagedAttentionMetadata` (block tables, lengths, positions, slot
+mapping) and hands the model one `PagedLayerCache` per layer. The cache writes new K/V into the
+pool by scatter at `slot_mapping`, returns only the new K/V, and the patched attention
+(`attention_hook.py`) reads the pages through the block tables.
 """
 
 from __future__ import annotations
@@ -100,10 +100,18 @@ class PagedKVPool:
         k_bits: int = 16,
         v_bits: int = 16,
         group_size: int = 64,
+        layer_shapes: list[tuple[int, int]] | None = None,
     ):
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
         self.num_blocks, self.block_size = num_blocks, block_size
         self.page_shape, self.dtype = shape, dtype
+        # Per layer, its page shape: `layer_shapes` gives (KV heads, head size) where layers
+        # differ (Gemma 4's global layers); a block id addresses the same tokens in each.
+        self.page_shapes = [
+            (num_blocks, block_size, h, d)
+            for h, d in (layer_shapes or [(num_kv_heads, head_dim)] * num_layers)
+        ]
+        self.max_kv_heads = max(s[2] for s in self.page_shapes)
         # K and V bits per value (16: the model's dtype), quantized in groups of `group_size`.
         self.k_bits, self.v_bits, self.group_size = k_bits, v_bits, group_size
         # Set by the paged setup: "metal"/"cuda" when decode runs the generated kernel.
@@ -133,13 +141,13 @@ class PagedKVPool:
         return sum(p.nbytes for p in self.pages)
 
     def _zero_pages(self) -> list:
-        def layer_pages():
+        def layer_pages(shape):
             if self.quantized:
-                return QuantizedKVPages.zeros(self.page_shape, self.dtype, self.k_bits,
-                                              self.v_bits, self.group_size)  # fmt: skip
-            return KVPages(*(mx.zeros(self.page_shape, dtype=self.dtype) for _ in "kv"))
+                return QuantizedKVPages.zeros(shape, self.dtype, self.k_bits, self.v_bits,
+                                              self.group_size)  # fmt: skip
+            return KVPages(*(mx.zeros(shape, dtype=self.dtype) for _ in "kv"))
 
-        pages = [layer_pages() for _ in range(self.num_layers)]
+        pages = [layer_pages(shape) for shape in self.page_shapes]
         mx.eval(pages)
         return pages
 
@@ -166,7 +174,10 @@ class PagedKVPool:
             new.append(x.reshape(batch * length, heads, dim).astype(self.dtype))
         pages = self.pages[layer]
         self.pages[layer] = None  # drop our reference before the scatter: it may reuse the buffer
-        self.pages[layer] = pages.write(slot_mapping, *new)
+        try:
+            pages = pages.write(slot_mapping, *new)
+        finally:
+            self.pages[layer] = pages
 
 
 @dataclass

@@ -45,7 +45,7 @@ class CompiledDecode:
         decode = self.states.decode if self.states is not None else None
         states = list(decode.arrays) if decode is not None else []
         hybrid = (states,) if decode is not None else ()
-        groups = meta.block_tables.shape[0] * pool.page_shape[2]
+        groups = meta.block_tables.shape[0] * pool.max_kv_heads
         counters = pool.counters.reserve(groups)
         self._traced_now = False
         try:

@@ -51,7 +51,6 @@ def select_decode_kernel(
     """
     from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
     from mlx_paged.kernels.paged_attention import current_backend
-    from mlx_paged.kernels.paged_attention_routing import routed_specs
 
     if mode == "reference":
         return None
@@ -62,29 +61,30 @@ def select_decode_kernel(
                 f"MLX runs on {mx.default_device()}, and the paged "
                 f"decode kernels need a Metal or CUDA GPU"
             )
-        if layout.num_heads is None or layout.num_heads % layout.num_kv_heads:
-            raise UnsupportedSpecError(
-                "the model's query heads could not be matched to its KV heads"
-            )
-        if layout.query_dtype != layout.dtype:
-            raise UnsupportedSpecError(
-                f"queries are {layout.query_dtype} but the cache is {layout.dtype}"
-            )
-        routed_specs(
-            backend,
-            layout.dtype,
-            layout.head_dim,
-            block_size,
-            layout.num_heads // layout.num_kv_heads,
-            layout.sliding_window,
-            bits=bits,
-        )
+        for shape in layout.by_shape():  # layers of another K/V shape need their own kernels
+            _check_kernel_shape(backend, shape, block_size, bits)
     except UnsupportedSpecError as exc:
         if mode == "kernel":
             raise ValueError(f"--paged-attention kernel: {exc}") from exc
         logger.info("paged decode attention: reference path (%s)", exc)
         return None
     return backend
+
+
+def _check_kernel_shape(backend: str, layout: KVLayout, block_size: int, bits) -> None:
+    """Raise `UnsupportedSpecError` unless the kernels serve this uniform layout."""
+    from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
+    from mlx_paged.kernels.paged_attention_routing import routed_specs
+
+    if layout.num_heads is None or layout.num_heads % layout.num_kv_heads:
+        raise UnsupportedSpecError("the model's query heads could not be matched to its KV heads")
+    if layout.query_dtype != layout.dtype:
+        raise UnsupportedSpecError(
+            f"queries are {layout.query_dtype} but the cache is {layout.dtype}"
+        )
+    gqa = layout.num_heads // layout.num_kv_heads
+    routed_specs(backend, layout.dtype, layout.head_dim, block_size, gqa, layout.sliding_window,
+                 bits=bits)  # fmt: skip
 
 
 def warm_up_kernels(
@@ -95,12 +95,16 @@ def warm_up_kernels(
     from mlx_paged.kernels.paged_attention import warm_up
     from mlx_paged.kernels.paged_attention_routing import routed_specs
 
-    gqa = layout.num_heads // layout.num_kv_heads
     windows = (False, True) if layout.sliding_window else (False,)
-    variants = [(w, r) for w in windows for r in ((False, True) if rope else (False,))]
+    variants = [
+        (shape.head_dim, shape.num_heads // shape.num_kv_heads, w, r)
+        for shape in layout.by_shape()
+        for w in windows
+        for r in ((False, True) if rope else (False,))
+    ]
     total = sum(
-        len(routed_specs(backend, layout.dtype, layout.head_dim, block_size, gqa, w, r, bits))
-        for w, r in variants
+        len(routed_specs(backend, layout.dtype, dim, block_size, gqa, w, r, bits))
+        for dim, gqa, w, r in variants
     )
     count = [0]
 
@@ -109,24 +113,25 @@ def warm_up_kernels(
         logger.info("compiled kernel %d/%d %s (%.1f s)", count[0], total, spec.name, seconds)
 
     logger.info("paged decode attention: %s kernels; compiling %d specs", backend, total)
-    for sliding, with_rope in variants:
-        warm_up(backend, layout.dtype, layout.head_dim, block_size, gqa, sliding, progress,
+    for dim, gqa, sliding, with_rope in variants:
+        warm_up(backend, layout.dtype, dim, block_size, gqa, sliding, progress,
                 rope=with_rope, bits=bits)  # fmt: skip
 
 
 def cuda_prefill_shapes(layout: KVLayout) -> PrefillShapes | None:
     """Bucketed prefill attention where MLX's CUDA SDPA builds a graph per shape: half-precision
     K/V (float32 takes MLX's own kernels) and one query head count for every layer."""
-    if layout.dtype not in (mx.float16, mx.bfloat16) or layout.num_heads is None:
+    if layout.dtype not in (mx.float16, mx.bfloat16) or len(layout.by_shape()) > 1:
         return None
     return PrefillShapes(layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.dtype)
 
 
 def kv_bytes_per_token(layout: KVLayout, k_bits: int, v_bits: int, group_size: int) -> int:
     """Bytes one token's K and V take in the pool, every layer together."""
-    heads, dim, dtype = layout.num_kv_heads, layout.head_dim, layout.dtype
-    per_layer = layer_bytes_per_token(heads, dim, dtype, k_bits, v_bits, group_size)
-    return layout.num_layers * per_layer
+    return sum(
+        layer_bytes_per_token(heads, dim, layout.dtype, k_bits, v_bits, group_size)
+        for heads, dim, _ in layout.shapes
+    )
 
 
 def _log_pool(pool: PagedKVPool, token_bytes: int, prefix_caching: bool, states=None) -> None:
@@ -212,7 +217,8 @@ def build_paged_path(
     install_attention_hook()
     layout = probe_kv_layout(model)
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
-    check_kv_quantization(k_bits, v_bits, kv_group_size, layout.head_dim)
+    for head_dim in {dim for _, dim, _ in layout.shapes}:
+        check_kv_quantization(k_bits, v_bits, kv_group_size, head_dim)
     block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size)
     wanted = state_pool_slots(max_live_requests) if layout.state else 0
     num_blocks, num_slots = _pool_sizes(
@@ -220,7 +226,8 @@ def build_paged_path(
         slot_bytes(layout.state), wanted,
     )  # fmt: skip
     pool = PagedKVPool(layout.num_layers, num_blocks, block_size, layout.num_kv_heads,
-                       layout.head_dim, layout.dtype, k_bits, v_bits, kv_group_size)  # fmt: skip
+                       layout.head_dim, layout.dtype, k_bits, v_bits, kv_group_size,
+                       [(h, d) for h, d, _ in layout.shapes])  # fmt: skip
     bits = (k_bits, v_bits, kv_group_size if min(k_bits, v_bits) < 16 else 0)
     pool.decode_backend = select_decode_kernel(layout, block_size, paged_attention, bits)
     if mx.default_device() == mx.gpu and mx.cuda.is_available():

@@ -1,5 +1,6 @@
-"""Hybrid models (layers that keep recurrent, SSM or convolution state beside attention layers)
-on pages: greedy tokens equal mlx-lm's own single-sequence generation, a repeated request hits
+"""The models of late 2026 on pages: hybrids (layers that keep recurrent, SSM or convolution state
+beside attention layers) and Gemma 4 like the 26B (global layers of another K/V shape, K = V).
+Greedy tokens equal mlx-lm's own single-sequence generation, a repeated request hits
 the prefix cache (attention blocks and a state snapshot) and still gives the same tokens, and so
 does a pool small enough to preempt."""
 
@@ -24,6 +25,7 @@ FAMILIES = [
     "nemotron_h",
     "granitemoehybrid",
     "olmo_hybrid",
+    "gemma4_text",
 ]
 PROMPTS = [list(range(5, 24)), [11, 12, 13], list(range(30, 70))]
 MAX_TOKENS = 10
