@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from .report_decode import DECODE_RUNS, decode
 from .report_kv import kv_quality
+from .report_memory import hybrid_memory, memory
 from .report_serve import CPU_SERVE_RUN, PREFILL_RUN, SERVE_RUN, cpu_serve, prefill, serve
 from .report_table import table as _table
 
@@ -121,66 +122,6 @@ Results: `bench/results/h200-kernels.json` (plot: `h200-kernels.png`).
 {_kernel_table(queued)}"""
 
 
-def memory(run: dict) -> str:
-    names = {"paged": f"paged (block {run['block_size']})"}
-    group = run.get("kv_group_size")
-    base = run["results"]["paged"]["sequences_at_budget"]
-    for bits in (8, 4):
-        if f"paged_kv{bits}" in run["results"]:
-            r = run["results"][f"paged_kv{bits}"]
-            unbound = r.get("budget_bound_steps", 0) == 0
-            bound = " (no request waited: the workload bounds it)" if unbound else ""
-            names[f"paged_kv{bits}"] = (
-                f"paged, {bits}-bit pages (groups of {group}): "
-                f"{r['sequences_at_budget'] / base:.2f}x 16-bit{bound}"
-            )
-    names["contiguous"] = "contiguous, left-padded (`--kv-paged off`)"
-    names["mlx_lm_batch_generator"] = "mlx-lm `BatchGenerator`"
-    rows = [
-        [
-            label,
-            f"{r['sequences_at_budget']:.1f}",
-            str(r["peak_running"]),
-            f"{r['allocated_bytes_per_running_seq'] / 2**20:.2f} MiB",
-            f"{r['waste_fraction']:.1%}",
-            "yes" if r["budget_enforced"] else "no",
-        ]
-        for key, label in names.items()
-        for r in [run["results"][key]]
-    ]
-    return f"""## KV memory density
-
-What: how many sequences fit in the same KV memory. Budget {run["budget_tokens"]:,} tokens
-({run["budget_bytes"] / 2**20:.0f} MiB of the benchmark model's KV), {run["requests"]}
-requests of the seeded workload ({run["workload"]}), a random-weight llama built offline.
-Waste = 1 − bytes holding a token / bytes allocated, over every engine step. The paths without
-a KV budget run with a decode batch cap of {run["cap"]}; for them "sequences at the budget" is
-the budget over their allocation per running sequence. For the paged paths it is the mean
-number running over the steps where requests waited for KV, where the budget binds. Quantized
-pages run at the same budget in bytes.
-
-```bash
-mlx-paged bench memory --kv-bits 16 8 4
-```
-
-Results: `bench/results/cpu-memory-density.json` (CPU; memory does not depend on the device).
-
-{
-        _table(
-            [
-                "path",
-                "sequences at the budget",
-                "peak running",
-                "allocated per sequence",
-                "KV waste",
-                "budget enforced",
-            ],
-            rows,
-        )
-    }
-"""
-
-
 def prefix_cache(run: dict) -> str:
     rows = [
         ["cold", f"{run['cold_ttft_s']:.2f} s", str(run["prompt_tokens"])],
@@ -259,6 +200,7 @@ SECTIONS = (
     Section((SERVE_RUN,), serve),
     Section((CPU_SERVE_RUN,), cpu_serve),
     Section(("cpu-memory-density.json",), memory),
+    Section(("cpu-memory-density-qwen3_5.json",), hybrid_memory),
     Section(("cpu-kv-quality-smollm2.json",), kv_quality),
     Section(("cpu-prefix-cache-smollm2.json",), prefix_cache),
     Section(("cpu-throughput-smollm2.json",), throughput),

@@ -1,0 +1,82 @@
+"""The memory-density sections of docs/benchmarks.md (`bench memory`)."""
+
+from __future__ import annotations
+
+from .report_table import table as _table
+
+
+def memory(run: dict) -> str:
+    names = {"paged": f"paged (block {run['block_size']})"}
+    group = run.get("kv_group_size")
+    base = run["results"]["paged"]["sequences_at_budget"]
+    for bits in (8, 4):
+        if f"paged_kv{bits}" in run["results"]:
+            r = run["results"][f"paged_kv{bits}"]
+            unbound = r.get("budget_bound_steps", 0) == 0
+            bound = " (no request waited: the workload bounds it)" if unbound else ""
+            names[f"paged_kv{bits}"] = (
+                f"paged, {bits}-bit pages (groups of {group}): "
+                f"{r['sequences_at_budget'] / base:.2f}x 16-bit{bound}"
+            )
+    return f"""## KV memory density
+
+What: how many sequences fit in the same KV memory. Budget {run["budget_tokens"]:,} tokens
+({run["budget_bytes"] / 2**20:.0f} MiB of the benchmark model's KV), {run["requests"]}
+requests of the seeded workload ({run["workload"]}), a random-weight llama built offline.
+Waste = 1 − bytes holding a token / bytes allocated, over every engine step. The paths without
+a KV budget run with a decode batch cap of {run["cap"]}; for them "sequences at the budget" is
+the budget over their allocation per running sequence. For the paged paths it is the mean
+number running over the steps where requests waited for KV, where the budget binds. Quantized
+pages run at the same budget in bytes.
+
+```bash
+mlx-paged bench memory --kv-bits 16 8 4
+```
+
+Results: `bench/results/cpu-memory-density.json` (CPU; memory does not depend on the device).
+
+{memory_table(run, names)}
+"""
+
+
+def memory_table(run: dict, names: dict) -> str:
+    """The `bench memory` table: `names` (result key -> label) first, then the two peers."""
+    names = {**names, "contiguous": "contiguous, left-padded (`--kv-paged off`)",
+             "mlx_lm_batch_generator": "mlx-lm `BatchGenerator`"}  # fmt: skip
+    rows = [
+        [
+            label,
+            f"{r['sequences_at_budget']:.1f}",
+            str(r["peak_running"]),
+            f"{r['allocated_bytes_per_running_seq'] / 2**20:.2f} MiB",
+            f"{r['waste_fraction']:.1%}",
+            "yes" if r["budget_enforced"] else "no",
+        ]
+        for key, label in names.items()
+        for r in [run["results"][key]]
+    ]
+    header = ["path", "sequences at the budget", "peak running", "allocated per sequence",
+              "KV waste", "budget enforced"]  # fmt: skip
+    return _table(header, rows)
+
+
+def hybrid_memory(run: dict) -> str:
+    state = run["state_bytes_per_sequence"]
+    token = run["budget_bytes"] // run["budget_tokens"]
+    return f"""## KV memory density on a hybrid (Qwen3.5-like)
+
+What: the same workload and measure as the section above, on a random Qwen3.5-like hybrid
+(3 Gated DeltaNet layers, 1 full-attention layer; bfloat16): each sequence keeps
+{state / 2**10:.0f} KiB of recurrent state (about {state / token:.0f} tokens of its K/V) beside
+{token} bytes of K/V a token. Budget {run["budget_tokens"]:,} tokens of K/V
+({run["budget_bytes"] / 2**20:.0f} MiB); the paged path spends it on pages and state slots
+(at most half), and every path's used bytes count each live sequence's state.
+
+```bash
+mlx-paged bench memory --family qwen3_5
+```
+
+Results: `bench/results/cpu-memory-density-qwen3_5.json` (CPU).
+
+{memory_table(run, {"paged": f"paged (block {run['block_size']}) + state slots"})}
+"""
