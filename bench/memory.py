@@ -180,6 +180,27 @@ def _steps(engine, jobs, desc: str):
             yield
 
 
+def _print_results(results: dict, args, budget: int) -> None:
+    print(
+        f"KV budget {budget / 2**20:.1f} MiB ({args.budget_tokens} tokens), {args.requests} "
+        f"requests, seed {args.seed}, block size {args.block_size}, cap {args.cap}"
+    )
+    print(
+        f"{'path':24s} {'seqs at budget':>15s} {'mean running':>13s} {'peak running':>13s} "
+        f"{'KV waste':>9s}"
+    )
+    for name, r in results.items():
+        print(
+            f"{name:24s} {r['sequences_at_budget']:15.1f} {r['mean_running']:13.1f} "
+            f"{r['peak_running']:13d} {100 * r['waste_fraction']:8.1f}%"
+        )
+    base = results["paged"]["sequences_at_budget"]
+    for bits in args.kv_bits:
+        if bits != 16:
+            seqs = results[f"paged_kv{bits}"]["sequences_at_budget"]
+            print(f"{bits}-bit pages: {seqs / base:.2f}x the sequences of 16-bit pages")
+
+
 def main(args) -> int:
     family = args.family
     bytes_per_token = kv_bytes_per_token(family)
@@ -200,24 +221,7 @@ def main(args) -> int:
         results["mlx_lm_batch_generator"] = run_batch_generator(
             model_dir, jobs, args.cap, bytes_per_token, state
         ).summary(budget, False)
-    print(
-        f"KV budget {budget / 2**20:.1f} MiB ({args.budget_tokens} tokens), {args.requests} "
-        f"requests, seed {args.seed}, block size {args.block_size}, cap {args.cap}"
-    )
-    print(
-        f"{'path':24s} {'seqs at budget':>15s} {'mean running':>13s} {'peak running':>13s} "
-        f"{'KV waste':>9s}"
-    )
-    for name, r in results.items():
-        print(
-            f"{name:24s} {r['sequences_at_budget']:15.1f} {r['mean_running']:13.1f} "
-            f"{r['peak_running']:13d} {100 * r['waste_fraction']:8.1f}%"
-        )
-    base = results["paged"]["sequences_at_budget"]
-    for bits in args.kv_bits:
-        if bits != 16:
-            seqs = results[f"paged_kv{bits}"]["sequences_at_budget"]
-            print(f"{bits}-bit pages: {seqs / base:.2f}x the sequences of 16-bit pages")
+    _print_results(results, args, budget)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(

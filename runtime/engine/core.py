@@ -62,26 +62,7 @@ class Engine(EngineInbox, StepRecovery):
         self.tokenizer = tokenizer
         self.config = config
         self.max_model_len = config.max_model_len or context_length(model_config or {}) or 131072
-        self.kv = None
-        if config.kv_paged:
-            self.runner, self.kv = build_paged_path(
-                model,
-                (model_config or {}).get("model_type", ""),
-                block_size=config.block_size,
-                kv_budget_bytes=config.kv_budget_bytes,
-                num_blocks=config.num_blocks,
-                enable_prefix_caching=config.enable_prefix_caching,
-                paged_attention=config.paged_attention,
-                compile_decode=config.compile_decode,
-                fused_rope=config.fused_rope,
-                max_num_tokens=config.max_num_seqs * self.max_model_len,
-                k_bits=config.k_bits,
-                v_bits=config.v_bits,
-                kv_group_size=config.kv_group_size,
-                max_live_requests=config.max_num_seqs + config.max_num_prefill_seqs,
-            )
-        else:
-            self.runner = ContiguousRunner(model, prefill_step_size=config.prefill_step_size)
+        self.runner, self.kv = self._build_runner((model_config or {}).get("model_type", ""))
         serial = not getattr(self.runner, "batches_exactly", True)  # see ContiguousRunner
         self.scheduler = Scheduler(
             max_num_seqs=1 if serial else config.max_num_seqs,
@@ -120,6 +101,21 @@ class Engine(EngineInbox, StepRecovery):
         self._stopping = threading.Event()
         self._stream = generation_stream  # callers that drive `step` themselves use mlx-lm's
         self.error: BaseException | None = None
+
+    def _build_runner(self, model_type: str):
+        """(runner, KV cache manager): the paged path's, or the contiguous runner and None."""
+        config = self.config
+        if not config.kv_paged:
+            return ContiguousRunner(self.model, prefill_step_size=config.prefill_step_size), None
+        return build_paged_path(
+            self.model, model_type, block_size=config.block_size,
+            kv_budget_bytes=config.kv_budget_bytes, num_blocks=config.num_blocks,
+            enable_prefix_caching=config.enable_prefix_caching,
+            paged_attention=config.paged_attention, compile_decode=config.compile_decode,
+            fused_rope=config.fused_rope, max_num_tokens=config.max_num_seqs * self.max_model_len,
+            k_bits=config.k_bits, v_bits=config.v_bits, kv_group_size=config.kv_group_size,
+            max_live_requests=config.max_num_seqs + config.max_num_prefill_seqs,
+        )  # fmt: skip
 
     def _pool_tokens(self) -> int:
         # Admission keeps one block spare, so a request may use all but one.

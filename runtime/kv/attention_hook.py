@@ -120,11 +120,17 @@ def paged_scaled_dot_product_attention(
             window=window,
             sinks=sinks,
         )
-    if hasattr(cache, "observe_attention"):  # the layout probe at load
-        cache.observe_attention(queries, keys, values, mask)
-    elif uncached_observers:  # the probe: attention without a cache of its own
-        uncached_observers[-1](keys, values)
+    _observe(cache, queries, keys, values, mask)
     return _original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+
+
+def _observe(cache, queries, keys, values, mask) -> None:
+    """The layout probe at load sees attention calls: its own caches', and calls without a
+    cache of their own (`uncached_observers`)."""
+    if hasattr(cache, "observe_attention"):
+        cache.observe_attention(queries, keys, values, mask)
+    elif uncached_observers:
+        uncached_observers[-1](keys, values)
 
 
 def _own_kv_suffices(meta, window: int | None, sinks) -> bool:

@@ -134,7 +134,9 @@ def kv_bytes_per_token(layout: KVLayout, k_bits: int, v_bits: int, group_size: i
     )
 
 
-def _log_pool(pool: PagedKVPool, token_bytes: int, prefix_caching: bool, states=None) -> None:
+def _log_pool(
+    pool: PagedKVPool, token_bytes: int, prefix_caching: bool, states=None, wanted_slots=0
+) -> None:
     def bits(b: int) -> str:
         return "16-bit" if b == 16 else f"{b}-bit in groups of {pool.group_size}"
 
@@ -151,6 +153,10 @@ def _log_pool(pool: PagedKVPool, token_bytes: int, prefix_caching: bool, states=
             states.num_slots - 1, states.slot_bytes / 2**20, len(states.layout),
             states.nbytes / 2**20,
         )  # fmt: skip
+        if states.num_slots < wanted_slots:
+            logger.warning("the KV budget holds %d recurrent-state slots of the %d wanted for "
+                           "live requests and their snapshots: admission waits for a slot",
+                           states.num_slots - 1, wanted_slots - 1)  # fmt: skip
 
 
 def _pool_sizes(
@@ -218,7 +224,7 @@ def build_paged_path(
     layout = probe_kv_layout(model)
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
     for head_dim in {dim for _, dim, _ in layout.shapes}:
-        check_kv_quantization(k_bits, v_bits, kv_group_size, head_dim)
+        check_kv_quantization(k_bits, v_bits, kv_group_size, head_dim)  # fmt: skip
     block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size)
     wanted = state_pool_slots(max_live_requests) if layout.state else 0
     num_blocks, num_slots = _pool_sizes(
@@ -239,14 +245,8 @@ def build_paged_path(
     states = StatePool(layout.state, num_slots) if num_slots else None
     slots = StateSlots(num_slots, enable_prefix_caching) if num_slots else None
     kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching, slots)
-    _log_pool(pool, block_bytes // block_size, enable_prefix_caching, states)
-    if 0 < num_slots < wanted:
-        logger.warning("the KV budget holds %d recurrent-state slots of the %d wanted for "
-                       "%d live requests and their snapshots: admission waits for a slot",
-                       num_slots - 1, wanted - 1, max_live_requests)  # fmt: skip
-    compiled = compile_decode == "on" or (
-        compile_decode == "auto" and pool.decode_backend is not None
-    )
+    _log_pool(pool, block_bytes // block_size, enable_prefix_caching, states, wanted)
+    compiled = compile_decode == "on" or (compile_decode == "auto" and bool(pool.decode_backend))
     return PagedRunner(model, pool, kv, compiled, layout.plan, states), kv
 
 
