@@ -76,8 +76,8 @@ def _request_metrics(out: _Exposition, engine) -> None:
     ):  # fmt: skip
         out.add(f"mlx_paged_{name}", "counter", help_text, value)
     out.add("mlx_paged_kv_cache_bytes", "gauge",
-            "KV bytes in blocks that running requests hold (0 when idle; cached free blocks "
-            "are not counted: see mlx_paged_kv_blocks_cached).",
+            "KV bytes in blocks and recurrent-state slots that running requests hold (0 when "
+            "idle; cached free blocks and state snapshots are not counted).",
             engine.runner.kv_bytes_in_use)  # fmt: skip
 
 
@@ -98,6 +98,8 @@ def _kv_metrics(out: _Exposition, engine) -> None:
          engine.runner.pool.nbytes // (engine.runner.pool.num_blocks * engine.kv.block_size)),
     ):  # fmt: skip
         out.add(f"mlx_paged_{name}", "gauge", help_text, value)
+    if getattr(engine.runner, "states", None) is not None:
+        _state_metrics(out, engine.runner.states)
     calls = engine.runner.pool.attention_calls
     paths = ["kernel", "reference", "causal", "causal_rows"]  # shown always; others once run
     paths += sorted({path for path, _ in calls} - set(paths))
@@ -106,3 +108,19 @@ def _kv_metrics(out: _Exposition, engine) -> None:
             out.add("mlx_paged_attention_calls_total", "counter",
                     "Paged attention calls (one per layer per forward) by path and phase.",
                     calls[path, phase], f'{{path="{path}",phase="{phase}"}}')  # fmt: skip
+
+
+def _state_metrics(out: _Exposition, states) -> None:
+    """A hybrid model's recurrent-state slots (`HybridStates`)."""
+    slots = states.slots
+    for name, help_text, value in (
+        ("state_slots_total", "Recurrent-state slots for live requests and snapshots.",
+         slots.num_slots - 1),
+        ("state_slots_running", "State slots held by running or prefilling requests.",
+         len(slots.req_to_slot)),
+        ("state_snapshots", "State slots holding a prefix-cache snapshot (evictable).",
+         len(slots.snapshots)),
+        ("state_pool_bytes", "Bytes the KV budget reserves for recurrent-state slots.",
+         states.pool.nbytes),
+    ):  # fmt: skip
+        out.add(f"mlx_paged_{name}", "gauge", help_text, value)

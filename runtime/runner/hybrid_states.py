@@ -35,7 +35,8 @@ class HybridStates:
 
     @property
     def bytes_in_use(self) -> int:
-        return self.slots.num_in_use * self.pool.slot_bytes
+        """State bytes of live requests (snapshots are cache, like free blocks with a hash)."""
+        return len(self.slots.req_to_slot) * self.pool.slot_bytes
 
     def fill_pending(self) -> None:
         """Zero or restore (from a snapshot) the slots handed out since the last forward."""

@@ -103,3 +103,19 @@ def test_a_multi_turn_chat_on_a_qwen3_5_like_model_reuses_its_previous_turn(
     llm.engine.kv.reset_prefix_cache()
     (cold,) = llm.chat(chat, params)
     assert cold.num_cached_tokens == 0 and cold.token_ids == second.token_ids
+
+
+def test_metrics_count_state_slots_and_snapshots(tiny_model_dir):
+    from mlx_paged.engine.metrics import render_prometheus
+
+    llm = LLM(str(tiny_model_dir("qwen3_5")), num_blocks=64, block_size=4, max_num_seqs=4,
+              max_num_prefill_seqs=2)  # fmt: skip
+    llm.generate(PROMPTS, SamplingParams(max_tokens=4, ignore_eos=True))
+    lines = dict(
+        line.rsplit(" ", 1) for line in render_prometheus(llm.engine).splitlines() if line[0] != "#"
+    )
+    assert lines["mlx_paged_state_slots_total"] == "12"  # 2 x (4 + 2) live requests
+    assert lines["mlx_paged_state_slots_running"] == "0"
+    # Prompts of 19 and 40 tokens in blocks of 4: snapshots at 12, 16 and 32, 36.
+    assert lines["mlx_paged_state_snapshots"] == "4"
+    assert lines["mlx_paged_kv_cache_bytes"] == "0"
