@@ -119,3 +119,11 @@ def test_metrics_count_state_slots_and_snapshots(tiny_model_dir):
     # Prompts of 19 and 40 tokens in blocks of 4: snapshots at 12, 16 and 32, 36.
     assert lines["mlx_paged_state_snapshots"] == "4"
     assert lines["mlx_paged_kv_cache_bytes"] == "0"
+
+
+def test_the_readme_model_list_names_every_family_served_here():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    models = readme.split("## Models", 1)[1].split("\n## ", 1)[0]
+    assert [f for f in FAMILIES if f not in models] == []
