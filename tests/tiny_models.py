@@ -159,6 +159,8 @@ EXTRA = {
         "mamba_d_state": 16,
         "mamba_chunk_size": 16,
     },
+    # Attention with its logits soft-capped, computed by hand (no scaled_dot_product_attention).
+    "gemma2": {"query_pre_attn_scalar": 16},
     # Gemma 4 like the 26B: global layers at another head size, fewer KV heads, K = V.
     "gemma4_text": {
         "global_head_dim": 32,
@@ -173,6 +175,18 @@ EXTRA = {
         "num_hidden_layers": 4,
     },
     "ministral3": {"rope_parameters": ROPE_LLAMA4},
+    # Chunked attention (ChunkedKVCache) on 3 of 4 layers.
+    "llama4_text": {
+        "attention_bias": False,
+        "attention_chunk_size": 8,
+        "interleave_moe_layer_step": 2,
+        "intermediate_size_mlp": 128,
+        "num_experts_per_tok": 1,
+        "num_local_experts": 2,
+        "rope_scaling": None,
+        "use_qk_norm": True,
+        "num_hidden_layers": 4,
+    },
     # Multi-head latent attention: attends to K/V computed from what it caches.
     "mistral4": {
         "moe_intermediate_size": 64,
@@ -194,7 +208,7 @@ EXTRA = {
 }
 # Wrappers whose text model is another family, given as "wrapper:inner" (e.g. mistral3 around
 # ministral3); the inner config goes under text_config.
-WRAPPERS = ("mistral3",)
+WRAPPERS = ("mistral3", "llama4")
 
 
 def build_tokenizer(out: Path):

@@ -35,7 +35,6 @@ uncached_observers: list = []
 UNSUPPORTED_MODEL_TYPES = {
     "plamo2",
     "deepseek_v41",
-    "gemma2",
     "olmo",
     "gear",
     "phi3small",
@@ -60,7 +59,6 @@ UNSUPPORTED_MODEL_TYPES = {
     "mamba",
     "mamba2",
     "rwkv7",
-    "llama4",
 }
 
 
