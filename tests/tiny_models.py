@@ -206,6 +206,16 @@ EXTRA = {
         "rope_parameters": ROPE_LLAMA4,
     },
 }
+# Named config variants, as "model_type@variant".
+VARIANTS = {
+    # Gemma 4 like the E2B: the last two layers attend to K/V earlier layers cached.
+    "e2b": {
+        "num_kv_shared_layers": 2,
+        "hidden_size_per_layer_input": 16,
+        "attention_k_eq_v": False,
+        "num_global_key_value_heads": None,
+    },
+}
 # Wrappers whose text model is another family, given as "wrapper:inner" (e.g. mistral3 around
 # ministral3); the inner config goes under text_config.
 WRAPPERS = ("mistral3", "llama4")
@@ -241,11 +251,13 @@ def build_model(
 ) -> Path:
     """Write a tiny random `model_type` model with its tokenizer into `out` and return it;
     `dtype` casts its weights, `overrides` replace config entries (e.g. head_dim=64 for the GPU
-    kernels)."""
+    kernels). "type@variant" applies `VARIANTS[variant]` first."""
     import importlib
 
     from mlx_lm.utils import save_config, save_model
 
+    model_type, _, variant = model_type.partition("@")
+    overrides = {**VARIANTS.get(variant, {}), **overrides}
     out.mkdir(parents=True, exist_ok=True)
     hf = build_tokenizer(out)
     outer, _, inner = model_type.partition(":")

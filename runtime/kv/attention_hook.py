@@ -8,6 +8,7 @@ the hook replaces that name in every loaded `mlx_lm.models.*` module. Calls whos
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 
 import mlx.core as mx
 import mlx_lm.models.base as base
@@ -25,9 +26,8 @@ from mlx_paged.kv.paged_cache import PagedLayerCache, PagedMask
 from mlx_paged.kv.row_attention import causal_row, chunk_rows_attention, row_shapes
 
 _original = base.scaled_dot_product_attention
-# Called with (keys, values) for attention calls whose cache is not paged, while the layout
-# probe runs (`kv_layout.py`): layers that attend to K/V another layer cached.
-uncached_observers: list = []
+# The pool of the forward running now (`set_active_pool`), for KV-shared layers.
+_active_pool = None
 
 # Families whose attention does not go through base.scaled_dot_product_attention on the K/V the
 # cache returns (mlx-lm 0.32), refused before the probe (`kv_layout.py`) runs them: the probe
@@ -74,6 +74,8 @@ def paged_scaled_dot_product_attention(
     narrower than the context, attention sinks and the CPU's decode run the reference. Every
     call is counted by path in `pool.attention_calls`.
     """
+    if cache is None and _active_pool is not None:  # a KV-shared layer (Gemma 4)
+        cache = _shared_source(keys)
     if isinstance(cache, PagedLayerCache):
         meta = cache.metadata
         window = mask.window if isinstance(mask, PagedMask) else None
@@ -122,13 +124,33 @@ def paged_scaled_dot_product_attention(
     return _original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
 
 
+def _shared_source(keys):
+    """The paged cache whose update returned `keys` in this forward, or None."""
+    entry = _active_pool.fetched.get(id(keys))
+    if entry is None or entry[0] is not keys:
+        return None
+    if entry[1].metadata.rope_in_attention:
+        raise ValueError("a KV-shared layer cannot fuse RoPE into attention: use --fused-rope off")
+    return entry[1]
+
+
+@contextmanager
+def forward_on(pool):
+    """Run a forward over `pool`'s pages: KV-shared layers call attention without a cache, and
+    are found through what the pool's caches returned (`pool.fetched`, dropped afterwards)."""
+    global _active_pool
+    _active_pool = pool
+    try:
+        yield
+    finally:
+        _active_pool = None
+        pool.fetched.clear()
+
+
 def _observe(cache, queries, keys, values, mask) -> None:
-    """The layout probe at load sees attention calls: its own caches', and calls without a
-    cache of their own (`uncached_observers`)."""
+    """The layout probe at load sees attention calls through its own caches."""
     if hasattr(cache, "observe_attention"):
         cache.observe_attention(queries, keys, values, mask)
-    elif uncached_observers:
-        uncached_observers[-1](keys, values)
 
 
 def _own_kv_suffices(meta, window: int | None, sinks) -> bool:

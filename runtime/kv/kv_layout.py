@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache
 
-from mlx_paged.kv import attention_hook
 from mlx_paged.kv.cache_plan import CachePlan, plan_caches
 
 _OFF = "use --kv-paged off"
@@ -85,8 +84,6 @@ def _probe(model, plan: CachePlan, num_tokens: int, windows: set):
     both, checked."""
     caches = [_ProbeCache(windows) for _ in range(plan.num_attention)]
     states = [ArraysCache(size) for size in plan.state_sizes]
-    uncached: list = []
-    attention_hook.uncached_observers.append(lambda k, v: uncached.append((k, v)))
     try:
         tokens = mx.zeros((1, num_tokens), dtype=mx.int32)
         mx.eval(model(tokens, cache=plan.build(caches.__getitem__, states.__getitem__)))
@@ -96,9 +93,6 @@ def _probe(model, plan: CachePlan, num_tokens: int, windows: set):
             f"({type(exc).__name__}: {exc}), so the paged KV path cannot serve it: "
             f"{_OFF}"
         ) from exc
-    finally:
-        attention_hook.uncached_observers.pop()
-    _check_uncached(uncached, caches)
     for i, cache in enumerate(caches):
         _check_attention_layer(i, cache)
     for j, state in enumerate(states):
@@ -108,19 +102,6 @@ def _probe(model, plan: CachePlan, num_tokens: int, windows: set):
                 f"slot would be incomplete: {_OFF}"
             )
     return caches, states
-
-
-def _check_uncached(uncached: list, caches: list[_ProbeCache]) -> None:
-    """Refuse attention, without a cache of its own, over the K/V another layer cached
-    (Gemma 4's and gemma3n's KV-shared layers): the pages hold that context, the call would
-    see only this forward's part of it."""
-    fetched = {id(k): i for i, c in enumerate(caches) for k, _ in c.fetched}
-    for keys, _ in uncached:
-        if id(keys) in fetched:
-            raise ValueError(
-                f"a layer attends to the K/V attention layer {fetched[id(keys)]} cached "
-                f"(K/V shared across layers), which the paged KV path does not serve yet: {_OFF}"
-            )
 
 
 def _check_attention_layer(i: int, cache: _ProbeCache) -> None:

@@ -130,6 +130,9 @@ class PagedKVPool:
         # when they do not (set by the paged setup).
         self.rope_inv_freq: list[mx.array] | None = None
         self.num_layers = num_layers
+        # id(keys) -> (keys, cache) of the K/V this forward's caches returned (see
+        # `PagedLayerCache.update_and_fetch`); the runner clears it before each forward.
+        self.fetched: dict[int, tuple] = {}
         self.pages = self._zero_pages()
 
     @property
@@ -205,6 +208,9 @@ class PagedLayerCache:
     def update_and_fetch(self, keys: mx.array, values: mx.array):
         if not self.metadata.rope_in_attention:  # else the attention hook writes them, rotated
             self.pool.write(self.layer, keys, values, self.metadata.slot_mapping)
+        # A KV-shared layer attends to these same arrays with no cache of its own: the hook
+        # finds this layer's pages through them.
+        self.pool.fetched[id(keys)] = (keys, self)
         return keys, values
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None):

@@ -14,6 +14,7 @@ import mlx.core as mx
 import numpy as np
 
 from mlx_paged.kernels.kernel_inputs import input_array
+from mlx_paged.kv.attention_hook import forward_on
 from mlx_paged.kv.cache_plan import AttentionSlot, CachePlan
 from mlx_paged.kv.kv_cache_manager import KVCacheManager, cdiv
 from mlx_paged.kv.paged_cache import (
@@ -145,7 +146,8 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         return self.plan.build(lambda i: PagedLayerCache(self.pool, i, meta), states.__getitem__)
 
     def _forward(self, tokens: mx.array, meta: PagedAttentionMetadata, states=()) -> mx.array:
-        return self.model(tokens, cache=self._caches(meta, states))
+        with forward_on(self.pool):
+            return self.model(tokens, cache=self._caches(meta, states))
 
     def decode(self, rows: list[Request], prefill=()) -> list[RowOutput]:
         """One decode forward over `rows`; with `prefill` chunks `(request, tokens)`, the same
@@ -204,7 +206,8 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             decode_rows=decode,
         )
         tokens = mx.concatenate([_padded(inputs, len(lens)), mx.array(ids, inputs.dtype)])
-        hidden = self.logits_head.body(tokens[:, None], cache=self._caches(meta))
+        with forward_on(self.pool):
+            hidden = self.logits_head.body(tokens[:, None], cache=self._caches(meta))
         return self.logits_head.head(hidden[:real, -1, :])
 
     def _decode_logits(self, inputs: mx.array, meta: PagedAttentionMetadata) -> mx.array:

@@ -41,17 +41,3 @@ def test_mistral3_around_ministral3_is_served_exactly(tiny_model_dir):
     contiguous = LLM(path, kv_paged=False).generate(prompts, params)
     assert [r.token_ids for r in paged] == [r.token_ids for r in contiguous]
     assert all(len(r.token_ids) == 12 for r in paged)
-
-
-def test_gemma4_kv_shared_layers_are_refused_naming_the_layer_they_read(tmp_path):
-    from tiny_models import build_model
-
-    # Gemma 4 like the E2B: its last two layers attend to K/V earlier layers cached.
-    folder = build_model(tmp_path / "gemma4-e2b", "gemma4_text", num_kv_shared_layers=2,
-                         hidden_size_per_layer_input=16, attention_k_eq_v=False,
-                         num_global_key_value_heads=None)  # fmt: skip
-    with pytest.raises(ValueError) as info:
-        LLM(str(folder), num_blocks=16)
-    message = str(info.value)
-    assert "attends to the K/V attention layer 0 cached" in message
-    assert "--kv-paged off" in message
