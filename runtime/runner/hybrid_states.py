@@ -4,6 +4,11 @@ state slot while the prompt is prefilled (`StatePool`), then in the decode batch
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from itertools import zip_longest
+from typing import NamedTuple
+
+import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache
 
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
@@ -49,11 +54,23 @@ class HybridStates:
     def keep(self, rows: list[int]) -> None:
         self.decode.keep(rows)
 
-    def row_caches(self, request) -> list[ArraysCache]:
-        return self.pool.caches(self.slots.slot(request.request_id))
+    def rows_caches(self, requests) -> list[ArraysCache]:
+        """One `ArraysCache` per state layer holding the requests' slot states, in order."""
+        per_row = [self.pool.caches(self.slots.slot(r.request_id)) for r in requests]
+        if len(per_row) == 1:
+            return per_row[0]
+        out = []
+        for layer in zip(*per_row):
+            cache = ArraysCache(len(layer[0].cache))
+            cache.cache = [mx.concatenate(parts) for parts in zip(*(c.cache for c in layer))]
+            out.append(cache)
+        return out
 
-    def store_row(self, request, caches: list[ArraysCache]) -> None:
-        self.pool.store(self.slots.slot(request.request_id), caches)
+    def store_rows(self, requests, caches: list[ArraysCache]) -> None:
+        """Each request's slot keeps its row of what the forward left in `caches`."""
+        for i, r in enumerate(requests):
+            rows = [_cache([a[i : i + 1] for a in c.cache]) for c in caches]
+            self.pool.store(self.slots.slot(r.request_id), rows if len(requests) > 1 else caches)
 
     def snapshot(self, request, num_tokens: int) -> None:
         """Keep the request's state after `num_tokens` tokens for the prefix cache (a second
@@ -65,3 +82,38 @@ class HybridStates:
     def written(self) -> list:
         """The arrays forwards produce, to evaluate with a step."""
         return [self.decode.arrays, list(self.pool.states.values())]
+
+
+def _cache(arrays: list[mx.array]) -> ArraysCache:
+    cache = ArraysCache(len(arrays))
+    cache.cache = arrays
+    return cache
+
+
+class Segment(NamedTuple):
+    """Positions `start...end` of a request's prompt run in one forward; `snapshot`: keep the
+    state after them for the prefix cache."""
+
+    request: object
+    start: int
+    end: int
+    snapshot: bool
+
+
+def prefill_segments(prefill, block_size: int) -> Iterator[list[Segment]]:
+    """The forwards of a step's chunks `(request, tokens)` on a hybrid: each chunk is cut at
+    its prompt's last two block boundaries before the last token, where snapshots are kept
+    (two, because a chat's next turn shares the prompt but for its generation prompt, a few
+    tokens long); then the k-th pieces of every chunk go together, grouped by length."""
+    pieces = []
+    for r, n in prefill:
+        start, end = r.num_computed_tokens - n, r.num_computed_tokens
+        last = (r.num_prefill_tokens - 1) // block_size * block_size
+        keep = {p for p in (last - block_size, last) if p > 0 and start < p <= end}
+        cuts = sorted({start, *keep, end})
+        pieces.append([Segment(r, s, e, e in keep) for s, e in zip(cuts, cuts[1:])])
+    for round_ in zip_longest(*pieces):
+        groups: dict[int, list[Segment]] = {}
+        for seg in filter(None, round_):
+            groups.setdefault(seg.end - seg.start, []).append(seg)
+        yield from groups.values()

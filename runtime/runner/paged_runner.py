@@ -28,7 +28,7 @@ from mlx_paged.kv.state_pool import StatePool
 from mlx_paged.request import PromptSchedule, Request
 from mlx_paged.runner.block_table import BlockTable
 from mlx_paged.runner.compiled_decode import CompiledDecode
-from mlx_paged.runner.hybrid_states import HybridStates
+from mlx_paged.runner.hybrid_states import HybridStates, prefill_segments
 from mlx_paged.runner.logits_head import split_logits_head
 from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
 
@@ -256,8 +256,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             self._prefill_forward([r for r, _ in prefill], starts, counts,
                                   cdiv(max(counts), align) * align)  # fmt: skip
         else:
-            for r, n in prefill:
-                self._prefill_state_row(r, r.num_computed_tokens - n, r.num_computed_tokens)
+            self._prefill_states(prefill)
         mx.eval(self._written())
         for r, _ in prefill:
             self.kv.cache_blocks(r, r.num_computed_tokens)
@@ -267,21 +266,18 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
                   for r, s, n in zip(rows, starts, counts)]  # fmt: skip
         self._forward(mx.array(tokens), self._metadata(rows, starts, counts, width), states=states)
 
-    def _prefill_state_row(self, r: Request, start: int, end: int) -> None:
-        """A hybrid's chunk: a forward of its own, unpadded (recurrent layers would run padding
-        into the state), split at the prompt's last two block boundaries before its last token,
-        where the state is kept as a snapshot for the prefix cache. Two, because the next turn
-        of a chat shares the prompt but for its generation prompt, a few tokens long."""
-        size = self.pool.block_size
-        last = (r.num_prefill_tokens - 1) // size * size
-        snapshots = [p for p in (last - size, last) if p > 0 and start < p <= end]
-        cuts = sorted({start, *snapshots, end})
-        for s, e in zip(cuts, cuts[1:]):
-            states = self.states.row_caches(r)
-            self._prefill_forward([r], [s], [e - s], e - s, states)
-            self.states.store_row(r, states)
-            if e in snapshots:
-                self.states.snapshot(r, e)
+    def _prefill_states(self, prefill: list[tuple[Request, int]]) -> None:
+        """A hybrid's chunks, unpadded (recurrent layers would run padding into the state):
+        rows of equal length share a forward (`prefill_segments`, which also says where a
+        state snapshot is kept)."""
+        for group in prefill_segments(prefill, self.pool.block_size):
+            rows, n = [g.request for g in group], group[0].end - group[0].start
+            states = self.states.rows_caches(rows)
+            self._prefill_forward(rows, [g.start for g in group], [n] * len(rows), n, states)
+            self.states.store_rows(rows, states)
+            for g in group:
+                if g.snapshot:
+                    self.states.snapshot(g.request, g.end)
 
     def remove(self, requests: list[Request]) -> None:
         self.drop_decode_rows(requests)

@@ -79,3 +79,27 @@ def test_state_slots_take_at_most_half_the_budget_and_the_pages_the_rest():
     # Blocks given: the slots wanted come on top; attention-only models want none.
     assert _pool_sizes(1000, 16, None, 50, None, 3000, 41) == (50, 41)
     assert _pool_sizes(1000, 16, 20_000, None, None) == (20, 0)
+
+
+def test_hybrid_chunks_cut_at_snapshot_points_and_group_equal_pieces():
+    from types import SimpleNamespace
+
+    from mlx_paged.runner.hybrid_states import prefill_segments
+
+    def req(name, prompt, computed):
+        return SimpleNamespace(name=name, num_prefill_tokens=prompt, num_computed_tokens=computed)
+
+    # Prompts of 19 and 40 tokens in blocks of 4: snapshots at 12, 16 and 32, 36.
+    a, b, c = req("a", 19, 18), req("b", 40, 39), req("c", 3, 2)
+    groups = [
+        [(s.request.name, s.start, s.end, s.snapshot) for s in group]
+        for group in prefill_segments([(a, 18), (b, 39), (c, 2)], 4)
+    ]
+    assert groups == [
+        [("a", 0, 12, True)],
+        [("b", 0, 32, True)],
+        [("c", 0, 2, False)],
+        [("a", 12, 16, True), ("b", 32, 36, True)],  # equal pieces share a forward
+        [("a", 16, 18, False)],
+        [("b", 36, 39, False)],
+    ]
