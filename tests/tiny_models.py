@@ -31,6 +31,20 @@ ROPE_LLAMA4 = {
     "llama_4_scaling_beta": 0.1,
     "original_max_position_embeddings": 512,
 }
+# Gated DeltaNet layers (Qwen3-Next, Qwen3.5, OLMo hybrid), tiny.
+GATED_DELTA = {
+    "linear_num_value_heads": 2,
+    "linear_num_key_heads": 2,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "linear_conv_kernel_dim": 4,
+}
+QWEN3_5_ROPE = {
+    "type": "default",
+    "rope_theta": 10000.0,
+    "partial_rotary_factor": 0.5,
+    "mrope_section": [2, 1, 1],
+}
 EXTRA = {
     "llama": {},
     "qwen3": {},
@@ -53,11 +67,7 @@ EXTRA = {
         "layer_types": ["conv", "full_attention"],
     },
     "qwen3_next": {
-        "linear_num_value_heads": 2,
-        "linear_num_key_heads": 2,
-        "linear_key_head_dim": 16,
-        "linear_value_head_dim": 16,
-        "linear_conv_kernel_dim": 4,
+        **GATED_DELTA,
         "num_experts": 2,
         "num_experts_per_tok": 1,
         "decoder_sparse_step": 1,
@@ -68,36 +78,18 @@ EXTRA = {
         "full_attention_interval": 2,
     },
     "qwen3_5": {
-        "linear_num_value_heads": 2,
-        "linear_num_key_heads": 2,
-        "linear_key_head_dim": 16,
-        "linear_value_head_dim": 16,
-        "linear_conv_kernel_dim": 4,
+        **GATED_DELTA,
         "full_attention_interval": 2,
-        "rope_parameters": {
-            "type": "default",
-            "rope_theta": 10000.0,
-            "partial_rotary_factor": 0.5,
-            "mrope_section": [2, 1, 1],
-        },
+        "rope_parameters": QWEN3_5_ROPE,
     },
     "qwen3_5_moe": {
-        "linear_num_value_heads": 2,
-        "linear_num_key_heads": 2,
-        "linear_key_head_dim": 16,
-        "linear_value_head_dim": 16,
-        "linear_conv_kernel_dim": 4,
+        **GATED_DELTA,
         "full_attention_interval": 2,
         "num_experts": 2,
         "num_experts_per_tok": 1,
         "shared_expert_intermediate_size": 64,
         "moe_intermediate_size": 64,
-        "rope_parameters": {
-            "type": "default",
-            "rope_theta": 10000.0,
-            "partial_rotary_factor": 0.5,
-            "mrope_section": [2, 1, 1],
-        },
+        "rope_parameters": QWEN3_5_ROPE,
     },
     "lfm2_moe": {
         "norm_eps": 1e-5,
@@ -129,11 +121,7 @@ EXTRA = {
         "shared_intermediate_size": 128,
     },
     "olmo_hybrid": {
-        "linear_num_value_heads": 2,
-        "linear_num_key_heads": 2,
-        "linear_key_head_dim": 16,
-        "linear_value_head_dim": 16,
-        "linear_conv_kernel_dim": 4,
+        **GATED_DELTA,
         "linear_allow_neg_eigval": True,
         "attention_bias": False,
         "layer_types": ["linear_attention", "full_attention"],

@@ -43,7 +43,7 @@ class StatePool:
 
     def caches(self, slot: int) -> list[ArraysCache]:
         """One `ArraysCache` per state layer holding the slot's state, for a forward of its row."""
-        return [_cache(arrays) for arrays in self.states[slot]]
+        return [arrays_cache(arrays) for arrays in self.states[slot]]
 
     def store(self, slot: int, caches: list[ArraysCache]) -> None:
         """The slot's state is what the forward left in `caches`."""
@@ -64,7 +64,8 @@ class StatePool:
             return True
 
 
-def _cache(arrays: list[mx.array]) -> ArraysCache:
+def arrays_cache(arrays: list[mx.array]) -> ArraysCache:
+    """An mlx-lm `ArraysCache` holding `arrays` (what a state layer's forward reads and sets)."""
     cache = ArraysCache(len(arrays))
     cache.cache = list(arrays)
     return cache

@@ -13,19 +13,19 @@ from mlx_paged.kv.kv_cache_utils import BlockHash
 
 
 class StateSlots:
-    """`num_slots` slots; slot 0 is the null slot (padding rows read and write it).
+    """`num_slots` slots; slot 0 is never handed out (slot numbers start at 1).
 
     A snapshot's slot goes back to use when a running request needs one and none is free, the
     least recently used snapshot first.
 
     Args:
-        num_slots: slots in the pool, the null slot included.
+        num_slots: slots in the pool, the unused slot 0 included.
         enable_caching: keep snapshots for the prefix cache.
     """
 
     def __init__(self, num_slots: int, enable_caching: bool = True):
         if num_slots < 2:
-            raise ValueError(f"num_slots must be >= 2 (slot 0 is reserved), got {num_slots}")
+            raise ValueError(f"num_slots must be >= 2 (slot 0 is never used), got {num_slots}")
         self.num_slots = num_slots
         self.enable_caching = enable_caching
         self.free: deque[int] = deque(range(1, num_slots))

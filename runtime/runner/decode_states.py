@@ -11,6 +11,8 @@ from __future__ import annotations
 import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache
 
+from mlx_paged.kv.state_pool import arrays_cache
+
 
 class DecodeStates:
     """Per state layer, the list of `[rows, *shape]` arrays of the decode batch.
@@ -45,12 +47,7 @@ class DecodeStates:
     def caches(self, num_rows: int) -> list[ArraysCache]:
         """One `ArraysCache` per state layer with exactly `num_rows` rows (padded with zeros
         past the batch, or cut to it)."""
-        out = []
-        for layer in self.arrays:
-            cache = ArraysCache(len(layer))
-            cache.cache = [_rows(a, num_rows) for a in layer]
-            out.append(cache)
-        return out
+        return [arrays_cache([_rows(a, num_rows) for a in layer]) for layer in self.arrays]
 
     def update(self, caches: list[ArraysCache]) -> None:
         """Keep the arrays the step left in `caches`."""

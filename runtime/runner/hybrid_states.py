@@ -12,7 +12,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache
 
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
-from mlx_paged.kv.state_pool import StatePool
+from mlx_paged.kv.state_pool import StatePool, arrays_cache
 from mlx_paged.runner.decode_states import DecodeStates
 
 
@@ -59,18 +59,19 @@ class HybridStates:
         per_row = [self.pool.caches(self.slots.slot(r.request_id)) for r in requests]
         if len(per_row) == 1:
             return per_row[0]
-        out = []
-        for layer in zip(*per_row):
-            cache = ArraysCache(len(layer[0].cache))
-            cache.cache = [mx.concatenate(parts) for parts in zip(*(c.cache for c in layer))]
-            out.append(cache)
-        return out
+        return [
+            arrays_cache([mx.concatenate(parts) for parts in zip(*(c.cache for c in layer))])
+            for layer in zip(*per_row)
+        ]
 
     def store_rows(self, requests, caches: list[ArraysCache]) -> None:
         """Each request's slot keeps its row of what the forward left in `caches`."""
+        if len(requests) == 1:
+            self.pool.store(self.slots.slot(requests[0].request_id), caches)
+            return
         for i, r in enumerate(requests):
-            rows = [_cache([a[i : i + 1] for a in c.cache]) for c in caches]
-            self.pool.store(self.slots.slot(r.request_id), rows if len(requests) > 1 else caches)
+            rows = [arrays_cache([a[i : i + 1] for a in c.cache]) for c in caches]
+            self.pool.store(self.slots.slot(r.request_id), rows)
 
     def snapshot(self, request, num_tokens: int) -> None:
         """Keep the request's state after `num_tokens` tokens for the prefix cache (a second
@@ -79,15 +80,9 @@ class HybridStates:
         if slot is not None:
             self.pool.fill([(slot, self.slots.slot(request.request_id))])
 
-    def written(self) -> list:
-        """The arrays forwards produce, to evaluate with a step."""
-        return [self.decode.arrays, list(self.pool.states.values())]
-
-
-def _cache(arrays: list[mx.array]) -> ArraysCache:
-    cache = ArraysCache(len(arrays))
-    cache.cache = arrays
-    return cache
+    def row_states(self, requests) -> list:
+        """The prefilling requests' slot states, to evaluate after their forwards."""
+        return [self.pool.states[self.slots.slot(r.request_id)] for r in requests]
 
 
 class Segment(NamedTuple):

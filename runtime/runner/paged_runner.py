@@ -94,8 +94,8 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
             self.states.fill_pending()
 
     def _written(self) -> list:
-        """What forwards write: the pages, and the recurrent state of a hybrid."""
-        return [self.pool.pages, self.states.written() if self.states is not None else []]
+        """What a decode forward writes: the pages, and a hybrid's decode-batch state."""
+        return [self.pool.pages, self.states.decode.arrays if self.states is not None else []]
 
     def _metadata(
         self, rows: list[Request], starts: list[int], counts: list[int], width: int
@@ -257,7 +257,8 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
                                   cdiv(max(counts), align) * align)  # fmt: skip
         else:
             self._prefill_states(prefill)
-        mx.eval(self._written())
+        states = self.states.row_states([r for r, _ in prefill]) if self.states is not None else []
+        mx.eval(self.pool.pages, states)
         for r, _ in prefill:
             self.kv.cache_blocks(r, r.num_computed_tokens)
 

@@ -252,5 +252,5 @@ def build_paged_path(
 
 def state_pool_slots(max_live_requests: int) -> int:
     """Slots of a hybrid's state pool: one per live request, as many for snapshots, and the
-    null slot."""
+    unused slot 0."""
     return 2 * max_live_requests + 1
