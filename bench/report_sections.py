@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .report_decode import DECODE_RUNS, decode
+from .report_decode import DECODE_RUNS, HYBRID_DECODE_RUN, decode, hybrid_decode
 from .report_kv import kv_quality
 from .report_memory import hybrid_memory, memory
 from .report_serve import CPU_SERVE_RUN, PREFILL_RUN, SERVE_RUN, cpu_serve, prefill, serve
@@ -196,6 +196,7 @@ SECTIONS = (
         ("h200-kernels.json", "h200-kernels-chained.json", "h200-kernels-pipelined.json"), kernels
     ),
     Section(DECODE_RUNS, decode),
+    Section((HYBRID_DECODE_RUN,), hybrid_decode),
     Section((PREFILL_RUN,), prefill),
     Section((SERVE_RUN,), serve),
     Section((CPU_SERVE_RUN,), cpu_serve),

@@ -5,7 +5,6 @@ state slot while the prompt is prefilled (`StatePool`), then in the decode batch
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import zip_longest
 from typing import NamedTuple
 
 import mlx.core as mx
@@ -96,19 +95,20 @@ class Segment(NamedTuple):
 
 
 def prefill_segments(prefill, block_size: int) -> Iterator[list[Segment]]:
-    """The forwards of a step's chunks `(request, tokens)` on a hybrid: each chunk is cut at
-    its prompt's last two block boundaries before the last token, where snapshots are kept
-    (two, because a chat's next turn shares the prompt but for its generation prompt, a few
-    tokens long); then the k-th pieces of every chunk go together, grouped by length."""
-    pieces = []
+    """The forwards of a step's chunks `(request, tokens)` on a hybrid.
+
+    A recurrence runs its forward's tokens one after another, so a forward costs about its
+    length whatever its rows (mlx-lm's ops fallback loops over them). Every chunk is therefore
+    cut at the same offsets from its own start: the union of every chunk's end and of its
+    prompt's last two block boundaries before the last token, where snapshots are kept (two,
+    because a chat's next turn shares the prompt but for its generation prompt). Each forward
+    then runs every chunk not yet done, and the step costs its longest chunk."""
+    chunks = []
     for r, n in prefill:
-        start, end = r.num_computed_tokens - n, r.num_computed_tokens
+        start = r.num_computed_tokens - n
         last = (r.num_prefill_tokens - 1) // block_size * block_size
-        keep = {p for p in (last - block_size, last) if p > 0 and start < p <= end}
-        cuts = sorted({start, *keep, end})
-        pieces.append([Segment(r, s, e, e in keep) for s, e in zip(cuts, cuts[1:])])
-    for round_ in zip_longest(*pieces):
-        groups: dict[int, list[Segment]] = {}
-        for seg in filter(None, round_):
-            groups.setdefault(seg.end - seg.start, []).append(seg)
-        yield from groups.values()
+        keep = {p for p in (last - block_size, last) if p > 0 and start < p <= start + n}
+        chunks.append((r, start, n, keep))
+    cuts = sorted({n for _, _, n, _ in chunks} | {p - s for _, s, _, keep in chunks for p in keep})
+    for lo, hi in zip([0, *cuts], cuts):
+        yield [Segment(r, s + lo, s + hi, s + hi in keep) for r, s, n, keep in chunks if n > lo]

@@ -81,7 +81,7 @@ def test_state_slots_take_at_most_half_the_budget_and_the_pages_the_rest():
     assert _pool_sizes(1000, 16, 20_000, None, None) == (20, 0)
 
 
-def test_hybrid_chunks_cut_at_snapshot_points_and_group_equal_pieces():
+def test_hybrid_chunks_cut_at_shared_offsets_and_snapshot_points():
     from types import SimpleNamespace
 
     from mlx_paged.runner.hybrid_states import prefill_segments
@@ -95,11 +95,23 @@ def test_hybrid_chunks_cut_at_snapshot_points_and_group_equal_pieces():
         [(s.request.name, s.start, s.end, s.snapshot) for s in group]
         for group in prefill_segments([(a, 18), (b, 39), (c, 2)], 4)
     ]
+    # Every chunk is cut at the union of the offsets: the step costs its longest chunk.
     assert groups == [
-        [("a", 0, 12, True)],
-        [("b", 0, 32, True)],
-        [("c", 0, 2, False)],
-        [("a", 12, 16, True), ("b", 32, 36, True)],  # equal pieces share a forward
-        [("a", 16, 18, False)],
+        [("a", 0, 2, False), ("b", 0, 2, False), ("c", 0, 2, False)],
+        [("a", 2, 12, True), ("b", 2, 12, False)],
+        [("a", 12, 16, True), ("b", 12, 16, False)],
+        [("a", 16, 18, False), ("b", 16, 18, False)],
+        [("b", 18, 32, True)],
+        [("b", 32, 36, True)],
         [("b", 36, 39, False)],
+    ]
+    # Chunks continuing from other positions line up from their own starts.
+    d, e = req("d", 40, 20), req("e", 40, 34)
+    groups = [
+        [(s.request.name, s.start, s.end, s.snapshot) for s in group]
+        for group in prefill_segments([(d, 10), (e, 10)], 4)
+    ]
+    assert groups == [
+        [("d", 10, 18, False), ("e", 24, 32, True)],
+        [("d", 18, 20, False), ("e", 32, 34, False)],
     ]
