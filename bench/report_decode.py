@@ -86,8 +86,9 @@ What: the end-to-end decode measure above on a {run["model"]}, batch {run["batch
 of {run["prompt_tokens"]} random tokens, {run["new_tokens"]} new tokens each, median of
 {run["repeats"]} rounds. Both sides spread widely from round to round on the H200 (the
 rounds are listed), and the paged engine's decode is about BatchGenerator's here, short of
-the 2x the llama runs reach. A recurrent layer's prompt runs token after token in mlx-lm's ops fallback on CUDA (no fused
-kernel there), and that prompt work sits between the decode steps in both methods.
+the 2x the llama runs reach. A recurrent layer's prompt runs token after token in mlx-lm's
+ops fallback on CUDA (no fused kernel there), and that prompt work sits between the decode
+steps in both methods.
 
 ```bash
 mlx-paged bench decode --random-model qwen3_5-1b --batch 64 --prompt 128 --new 96 \\
