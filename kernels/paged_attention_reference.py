@@ -67,6 +67,7 @@ def paged_attention_reference(
     scale: float,
     window: int | None = None,
     sinks: mx.array | None = None,
+    softcap: float | None = None,
 ) -> mx.array:
     """Attention of `(B, Hq, L, D)` queries over paged K/V.
 
@@ -79,12 +80,33 @@ def paged_attention_reference(
         scale: softmax scale.
         window: sliding-window size, or None for full attention.
         sinks: attention sinks, passed through to SDPA.
+        softcap: scores become `softcap * tanh(scores / softcap)` before the mask (gemma2).
     """
     keys, values = gather_kv(k_pages, v_pages, block_tables)
     mask = paged_attention_mask(query_positions, context_lens, keys.shape[2], window)
+    if softcap is not None:
+        if sinks is not None:
+            raise ValueError("attention sinks with soft-capped scores are not implemented")
+        return softcapped_attention(queries, keys, values, scale, mask, softcap)
     return mx.fast.scaled_dot_product_attention(
         queries, keys, values, scale=scale, mask=mask, sinks=sinks
     )
+
+
+def softcapped_attention(queries, keys, values, scale: float, mask: mx.array, softcap: float):
+    """Attention with soft-capped scores, op for op as mlx-lm's gemma2 computes it: queries
+    `(B, Hq, L, D)` over keys and values `(B, Hkv, T, D)`, boolean `mask` `(B, 1, L, T)`."""
+    b, num_heads, length, dim = queries.shape
+    repeats = num_heads // keys.shape[1]
+    queries = queries * scale
+    if repeats > 1:
+        queries = queries.reshape(b, keys.shape[1], repeats, length, dim)
+        keys, values, mask = keys[:, :, None], values[:, :, None], mask[:, :, None]
+    scores = queries @ keys.swapaxes(-1, -2)
+    scores = mx.tanh(scores / softcap) * softcap
+    scores = mx.where(mask, scores, mx.array(mx.finfo(scores.dtype).min, scores.dtype))
+    out = mx.softmax(scores, precise=True, axis=-1) @ values
+    return out.reshape(b, num_heads, length, -1)
 
 
 def rotate_half_rope(x: mx.array, positions: mx.array, rope_inv_freq: mx.array) -> mx.array:

@@ -206,7 +206,7 @@ VARIANTS = {
 }
 # Wrappers whose text model is another family, given as "wrapper:inner" (e.g. mistral3 around
 # ministral3); the inner config goes under text_config.
-WRAPPERS = ("mistral3", "llama4")
+WRAPPERS = ("mistral3", "llama4", "gemma4")
 
 
 def build_tokenizer(out: Path):

@@ -79,13 +79,16 @@ def paged_scaled_dot_product_attention(
     if isinstance(cache, PagedLayerCache):
         meta = cache.metadata
         window = mask.window if isinstance(mask, PagedMask) else None
+        softcap = mask.softcap if isinstance(mask, PagedMask) else None
         if meta.rope_in_attention:
-            return _decode_with_rope(queries, keys, values, cache, scale, window, sinks)
+            return _decode_with_rope(queries, keys, values, cache, scale, window, sinks, softcap)
         if meta.decode_rows is not None:
             return _mixed(queries, keys, values, cache, scale, mask, sinks)
         pool = cache.pool
         phase = "decode" if meta.num_query_tokens == 1 else "prefill"
-        if phase == "decode" and pool.decode_backend is not None and sinks is None:
+        # Soft-capped scores (gemma2) have no kernel nor MLX SDPA: the reference serves them.
+        plain = sinks is None and softcap is None
+        if phase == "decode" and pool.decode_backend is not None and plain:
             pool.attention_calls["kernel", phase] += 1
             return paged_attention_decode(
                 queries,
@@ -98,14 +101,14 @@ def paged_scaled_dot_product_attention(
                 backend=pool.decode_backend,
                 counters=pool.counters,
             )
-        if phase == "prefill" and _own_kv_suffices(meta, window, sinks):
+        if phase == "prefill" and plain and _own_kv_suffices(meta, window, sinks):
             pool.attention_calls["causal", phase] += 1
             if pool.prefill_shapes is not None:
                 return pool.prefill_shapes.attend_own(queries, keys, values, scale)
             return mx.fast.scaled_dot_product_attention(
                 queries, keys, values, scale=scale, mask="causal"
             )
-        if phase == "prefill" and _causal_rows_suffice(meta, window, sinks):
+        if phase == "prefill" and plain and _causal_rows_suffice(meta, window, sinks):
             pool.attention_calls["causal_rows", phase] += 1
             return _causal_per_row(queries, cache, scale, pool)
         pool.attention_calls["reference", phase] += 1
@@ -119,6 +122,7 @@ def paged_scaled_dot_product_attention(
             scale=scale,
             window=window,
             sinks=sinks,
+            softcap=softcap,
         )
     _observe(cache, queries, keys, values, mask)
     return _original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
@@ -188,17 +192,20 @@ def _mixed(queries, keys, values, cache, scale: float, mask, sinks) -> mx.array:
     rows = decode.context_lens.shape[0]
     step = PagedLayerCache(cache.pool, cache.layer, decode)
     head = paged_scaled_dot_product_attention(queries[:rows], None, None, step, scale, mask, sinks)
-    window = mask.window if isinstance(mask, PagedMask) else None
+    window, softcap = (mask.window, mask.softcap) if isinstance(mask, PagedMask) else (None, None)
     tail = chunk_rows_attention(queries[rows:], keys[rows:], values[rows:], cache, scale, window,
-                                sinks)  # fmt: skip
+                                sinks, softcap)  # fmt: skip
     return mx.concatenate([head, tail])
 
 
-def _decode_with_rope(queries, keys, values, cache, scale, window, sinks) -> mx.array:
+def _decode_with_rope(queries, keys, values, cache, scale, window, sinks, softcap) -> mx.array:
     """A decode step whose RoPE runs in attention: rotate, attend, then write the pages."""
     pool, meta = cache.pool, cache.metadata
-    if sinks is not None:
-        raise ValueError("attention sinks cannot be fused with RoPE; the paged setup refuses them")
+    if sinks is not None or softcap is not None:
+        raise ValueError(
+            "attention sinks and soft-capped scores cannot be fused with RoPE; the paged setup "
+            "refuses them"
+        )
     args = (queries, keys, values, cache.k_pages, cache.v_pages, meta.block_tables,
             meta.context_lens)  # fmt: skip
     inv_freq = pool.rope_inv_freq[cache.layer]

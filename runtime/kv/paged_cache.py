@@ -185,9 +185,11 @@ class PagedKVPool:
 
 @dataclass
 class PagedMask:
-    """What `make_mask` hands the model; the attention hook turns it into a real mask."""
+    """What `make_mask` hands the model; the attention hook turns it into a real mask. An
+    attention adapter that soft-caps its scores (`kv/softcap_attention.py`) adds `softcap`."""
 
     window: int | None = None
+    softcap: float | None = None
 
 
 class PagedLayerCache:
@@ -214,11 +216,8 @@ class PagedLayerCache:
         return keys, values
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None):
-        if return_array:
-            raise ValueError(
-                "this model asks its cache for a dense mask array; paged caches "
-                "build masks inside attention, so serve it with --kv-paged off"
-            )
+        # Even where a dense array is asked for: attention builds the same causal (windowed)
+        # mask from the pages, and the probe refuses models that use the array themselves.
         return PagedMask(window_size)
 
     @property

@@ -1,6 +1,7 @@
 """Which models the paged path serves is decided by running them: latent attention is refused at
 load with the way out; a wrapper around a supported text model runs exactly as the contiguous
-path does. Hybrids (recurrent or convolution state) are served: `test_hybrid_models.py`."""
+path does. Served elsewhere (`test_hybrid_models.py`): hybrids (recurrent or convolution state),
+and gemma2, whose soft-capped attention scores an adapter hands to paged attention."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ from mlx_paged import LLM, SamplingParams
 
 REFUSED = {
     "mistral3:mistral4": "attention layer 0 attends to K/V other than the ones it cached",
-    # Soft-capped attention computed by hand: it never reaches the paged attention.
-    "gemma2": "attended through mlx-lm's scaled_dot_product_attention 0 times",
     # Chunked attention: a cache of a kind that has no pages.
     "llama4:llama4_text": "layer 0 keeps a ChunkedKVCache",
 }
@@ -25,6 +24,19 @@ def test_models_the_paged_path_cannot_serve_are_refused_with_the_way_out(
         LLM(str(tiny_model_dir(model_type)), num_blocks=16)
     message = str(info.value)
     assert REFUSED[model_type] in message and "--kv-paged off" in message
+
+
+def test_attention_computed_by_hand_is_refused_by_the_probe(tiny_model_dir):
+    # gemma2 without its adapter (`kv/softcap_attention.py`) scores K/V by hand.
+    from mlx_lm import load
+
+    from mlx_paged.kv.attention_hook import install_attention_hook
+    from mlx_paged.kv.kv_layout import probe_kv_layout
+
+    model, _ = load(str(tiny_model_dir("gemma2")))
+    install_attention_hook()
+    with pytest.raises(ValueError, match="attended through mlx-lm's scaled_dot_product_att"):
+        probe_kv_layout(model)
 
 
 def test_latent_attention_is_refused_by_its_behaviour_not_by_a_list(tiny_model_dir):
