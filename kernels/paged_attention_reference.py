@@ -38,10 +38,15 @@ def _token_major(gathered: mx.array, table_shape: tuple[int, int]) -> mx.array:
 
 
 def paged_attention_mask(
-    query_positions: mx.array, context_lens: mx.array, num_keys: int, window: int | None = None
+    query_positions: mx.array,
+    context_lens: mx.array,
+    num_keys: int,
+    window: int | None = None,
+    chunk: int | None = None,
 ) -> mx.array:
     """Boolean `(B, 1, L, T)` mask: key t is visible to the query at position p of row b when
-    t <= p, t < context_lens[b] and, with a sliding window, t > p - window.
+    t <= p, t < context_lens[b], with a sliding window t > p - window, and with attention in
+    chunks t // chunk == p // chunk.
 
     A query row that would see nothing (a padding position) sees key 0 instead, so no row of
     the softmax is empty (an empty row would give NaN).
@@ -51,6 +56,8 @@ def paged_attention_mask(
     visible = (keys <= pos) & (keys < context_lens[:, None, None])
     if window is not None:
         visible = visible & (keys > pos - window)
+    if chunk is not None:
+        visible = visible & (keys // chunk == pos // chunk)
     empty = ~mx.any(visible, axis=-1, keepdims=True)
     visible = visible | (empty & (keys == 0))
     return visible[:, None, :, :]
@@ -68,6 +75,7 @@ def paged_attention_reference(
     window: int | None = None,
     sinks: mx.array | None = None,
     softcap: float | None = None,
+    chunk: int | None = None,
 ) -> mx.array:
     """Attention of `(B, Hq, L, D)` queries over paged K/V.
 
@@ -81,9 +89,10 @@ def paged_attention_reference(
         window: sliding-window size, or None for full attention.
         sinks: attention sinks, passed through to SDPA.
         softcap: scores become `softcap * tanh(scores / softcap)` before the mask (gemma2).
+        chunk: attention within chunks of this many positions (llama4), or None.
     """
     keys, values = gather_kv(k_pages, v_pages, block_tables)
-    mask = paged_attention_mask(query_positions, context_lens, keys.shape[2], window)
+    mask = paged_attention_mask(query_positions, context_lens, keys.shape[2], window, chunk)
     if softcap is not None:
         if sinks is not None:
             raise ValueError("attention sinks with soft-capped scores are not implemented")

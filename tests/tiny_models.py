@@ -167,6 +167,7 @@ EXTRA = {
     "llama4_text": {
         "attention_bias": False,
         "attention_chunk_size": 8,
+        "floor_scale": 4,  # NoPE layers' query scale changes every 4 positions
         "interleave_moe_layer_step": 2,
         "intermediate_size_mlp": 128,
         "num_experts_per_tok": 1,

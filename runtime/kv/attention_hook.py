@@ -80,14 +80,18 @@ def paged_scaled_dot_product_attention(
         meta = cache.metadata
         window = mask.window if isinstance(mask, PagedMask) else None
         softcap = mask.softcap if isinstance(mask, PagedMask) else None
+        chunk = mask.chunk if isinstance(mask, PagedMask) else None
         if meta.rope_in_attention:
-            return _decode_with_rope(queries, keys, values, cache, scale, window, sinks, softcap)
+            if softcap is not None or chunk is not None:
+                raise ValueError("soft-capped or chunked attention cannot be fused with RoPE")
+            return _decode_with_rope(queries, keys, values, cache, scale, window, sinks)
         if meta.decode_rows is not None:
             return _mixed(queries, keys, values, cache, scale, mask, sinks)
         pool = cache.pool
         phase = "decode" if meta.num_query_tokens == 1 else "prefill"
-        # Soft-capped scores (gemma2) have no kernel nor MLX SDPA: the reference serves them.
-        plain = sinks is None and softcap is None
+        # Soft-capped scores (gemma2) and chunks (llama4) have no kernel nor MLX SDPA: the
+        # reference serves them.
+        plain = sinks is None and softcap is None and chunk is None
         if phase == "decode" and pool.decode_backend is not None and plain:
             pool.attention_calls["kernel", phase] += 1
             return paged_attention_decode(
@@ -123,6 +127,7 @@ def paged_scaled_dot_product_attention(
             window=window,
             sinks=sinks,
             softcap=softcap,
+            chunk=chunk,
         )
     _observe(cache, queries, keys, values, mask)
     return _original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
@@ -192,20 +197,17 @@ def _mixed(queries, keys, values, cache, scale: float, mask, sinks) -> mx.array:
     rows = decode.context_lens.shape[0]
     step = PagedLayerCache(cache.pool, cache.layer, decode)
     head = paged_scaled_dot_product_attention(queries[:rows], None, None, step, scale, mask, sinks)
-    window, softcap = (mask.window, mask.softcap) if isinstance(mask, PagedMask) else (None, None)
-    tail = chunk_rows_attention(queries[rows:], keys[rows:], values[rows:], cache, scale, window,
-                                sinks, softcap)  # fmt: skip
+    rules = mask if isinstance(mask, PagedMask) else PagedMask()
+    tail = chunk_rows_attention(queries[rows:], keys[rows:], values[rows:], cache, scale, rules,
+                                sinks)  # fmt: skip
     return mx.concatenate([head, tail])
 
 
-def _decode_with_rope(queries, keys, values, cache, scale, window, sinks, softcap) -> mx.array:
+def _decode_with_rope(queries, keys, values, cache, scale, window, sinks) -> mx.array:
     """A decode step whose RoPE runs in attention: rotate, attend, then write the pages."""
     pool, meta = cache.pool, cache.metadata
-    if sinks is not None or softcap is not None:
-        raise ValueError(
-            "attention sinks and soft-capped scores cannot be fused with RoPE; the paged setup "
-            "refuses them"
-        )
+    if sinks is not None:
+        raise ValueError("attention sinks cannot be fused with RoPE; the paged setup refuses them")
     args = (queries, keys, values, cache.k_pages, cache.v_pages, meta.block_tables,
             meta.context_lens)  # fmt: skip
     inv_freq = pool.rope_inv_freq[cache.layer]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mlx_lm.models.cache import ArraysCache, CacheList, KVCache, RotatingKVCache
+from mlx_lm.models.cache import ArraysCache, CacheList, ChunkedKVCache, KVCache, RotatingKVCache
 
 _OFF = "use --kv-paged off"
 
@@ -86,9 +86,15 @@ def plan_caches(model) -> CachePlan:
     if not hasattr(model, "make_cache"):
         return CachePlan([AttentionSlot(i) for i in range(len(model.layers))])
     counts = {"attention": 0, "state": 0}
+    # Chunked attention is K/V on pages where an adapter gives its layers chunked masks.
+    from mlx_paged.kv.attention_adapters import serves_chunked_attention
+
+    paged_kinds = (KVCache, RotatingKVCache)
+    if serves_chunked_attention(model):
+        paged_kinds += (ChunkedKVCache,)
 
     def one(cache, layer: int):
-        if isinstance(cache, (KVCache, RotatingKVCache)):
+        if isinstance(cache, paged_kinds):
             counts["attention"] += 1
             return AttentionSlot(counts["attention"] - 1)
         if type(cache) is ArraysCache:

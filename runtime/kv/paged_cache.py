@@ -185,11 +185,12 @@ class PagedKVPool:
 
 @dataclass
 class PagedMask:
-    """What `make_mask` hands the model; the attention hook turns it into a real mask. An
-    attention adapter that soft-caps its scores (`kv/softcap_attention.py`) adds `softcap`."""
+    """What `make_mask` hands the model; the attention hook turns it into a real mask. The
+    attention adapters (`kv/attention_adapters.py`) add a score cap or attention chunks."""
 
     window: int | None = None
     softcap: float | None = None
+    chunk: int | None = None  # keys visible only within the query's chunk of this many
 
 
 class PagedLayerCache:

@@ -31,9 +31,10 @@ def causal_row(queries: mx.array, cache, start: int, table: mx.array, scale) -> 
     return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask="causal")
 
 
-def chunk_rows_attention(queries, keys, values, cache, scale, window, sinks, softcap=None):
+def chunk_rows_attention(queries, keys, values, cache, scale, mask, sinks) -> mx.array:
     """Attention of the chunk tokens of a decode forward that runs prefill chunks: `queries`
-    `(C, H, 1, D)` and the forward's new `keys`/`values` `(C, KV, 1, D)`, the chunks of
+    `(C, H, 1, D)` and the forward's new `keys`/`values` `(C, KV, 1, D)` under the layer's
+    `PagedMask`, the chunks of
     `cache.metadata.prefill_rows` one after another. Chunks that start at 0 attend together
     over their own K/V in one call; the others over their gathered context, one call each."""
     pool = cache.pool
@@ -41,7 +42,8 @@ def chunk_rows_attention(queries, keys, values, cache, scale, window, sinks, sof
     for start, count, table in cache.metadata.prefill_rows:
         spans.append((at, start, count, table))
         at += count
-    plain = sinks is None and softcap is None
+    window = mask.window
+    plain = sinks is None and mask.softcap is None and mask.chunk is None
     causal_fits = [plain and (window is None or window >= s + n) for _, s, n, _ in spans]
     own = [span for span, fits in zip(spans, causal_fits) if fits and span[1] == 0]
     outs = _own_rows(queries, keys, values, own, scale, pool) if own else {}
@@ -59,7 +61,7 @@ def chunk_rows_attention(queries, keys, values, cache, scale, window, sinks, sof
             pages = (cache.k_pages, cache.v_pages)
             out = paged_attention_reference(chunk, *pages, table[None], lens, positions,
                                             scale=scale, window=window, sinks=sinks,
-                                            softcap=softcap)  # fmt: skip
+                                            softcap=mask.softcap, chunk=mask.chunk)  # fmt: skip
         outs[at] = out.transpose(2, 1, 0, 3)
     return mx.concatenate([outs[at] for at, *_ in spans])
 

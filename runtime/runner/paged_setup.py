@@ -8,13 +8,13 @@ import os
 import mlx.core as mx
 
 from mlx_paged.kernels.quantized_pages import check_kv_quantization, layer_bytes_per_token
+from mlx_paged.kv.attention_adapters import adapt_attention
 from mlx_paged.kv.attention_hook import check_model_supported, install_attention_hook
 from mlx_paged.kv.fused_rope_setup import enable_fused_rope
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
 from mlx_paged.kv.kv_layout import KVLayout, probe_kv_layout
 from mlx_paged.kv.paged_cache import PagedKVPool
 from mlx_paged.kv.prefill_shapes import PrefillShapes
-from mlx_paged.kv.softcap_attention import adapt_softcap_attention
 from mlx_paged.kv.state_pool import StatePool, slot_bytes
 from mlx_paged.kv.state_slots import StateSlots
 from mlx_paged.models.weight_views import cache_weight_views
@@ -46,14 +46,15 @@ def select_decode_kernel(
     block_size: int,
     mode: str,
     bits: tuple[int, int, int] = (16, 16, 0),
-    softcapped: bool = False,
+    beyond_kernels: tuple[str, ...] = (),
 ) -> str | None:
     """The backend whose generated kernel will run decode attention, or None for the reference.
 
     "auto" takes the kernel when MLX runs on a Metal/CUDA GPU and the model's shapes are ones
     the kernels are generated for (else it logs why not); "kernel" raises instead. `bits`: K
     bits, V bits and group size of the pages (below 16, the dequantizing SIMT kernels).
-    `softcapped`: the model soft-caps its attention scores, which no kernel does.
+    `beyond_kernels`: what the model's attention computes that no kernel does
+    (`adapt_attention`).
     """
     from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
     from mlx_paged.kernels.paged_attention import current_backend
@@ -67,8 +68,8 @@ def select_decode_kernel(
                 f"MLX runs on {mx.default_device()}, and the paged "
                 f"decode kernels need a Metal or CUDA GPU"
             )
-        if softcapped:
-            raise UnsupportedSpecError("the model soft-caps its attention scores (gemma2)")
+        if beyond_kernels:
+            raise UnsupportedSpecError(f"no kernel computes {' or '.join(beyond_kernels)}")
         for shape in layout.by_shape():  # layers of another K/V shape need their own kernels
             _check_kernel_shape(backend, shape, block_size, bits)
     except UnsupportedSpecError as exc:
@@ -229,11 +230,9 @@ def build_paged_path(
     """
     check_model_supported(model_type)
     install_attention_hook()
-    softcapped = adapt_softcap_attention(model) > 0
-    if softcapped and fused_rope == "on":
-        raise ValueError(
-            "fused RoPE cannot soft-cap attention scores (gemma2): use --fused-rope off"
-        )
+    beyond_kernels = tuple(adapt_attention(model))
+    if beyond_kernels and fused_rope == "on":
+        raise ValueError(f"fused RoPE cannot compute {beyond_kernels[0]}: use --fused-rope off")
     layout = probe_kv_layout(model)
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
     for head_dim in {dim for _, dim, _ in layout.shapes}:
@@ -249,7 +248,7 @@ def build_paged_path(
                        [(h, d) for h, d, _ in layout.shapes])  # fmt: skip
     bits = (k_bits, v_bits, kv_group_size if min(k_bits, v_bits) < 16 else 0)
     pool.decode_backend = select_decode_kernel(
-        layout, block_size, paged_attention, bits, softcapped
+        layout, block_size, paged_attention, bits, beyond_kernels
     )
     if mx.default_device() == mx.gpu and mx.cuda.is_available():
         pool.prefill_align = CUDA_PREFILL_ALIGN

@@ -1,7 +1,7 @@
 """Which models the paged path serves is decided by running them: latent attention is refused at
 load with the way out; a wrapper around a supported text model runs exactly as the contiguous
 path does. Served elsewhere (`test_hybrid_models.py`): hybrids (recurrent or convolution state),
-and gemma2, whose soft-capped attention scores an adapter hands to paged attention."""
+gemma2 and llama4, whose attention adapters hand paged attention a score cap or chunks."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from mlx_paged import LLM, SamplingParams
 
 REFUSED = {
     "mistral3:mistral4": "attention layer 0 attends to K/V other than the ones it cached",
-    # Chunked attention: a cache of a kind that has no pages.
-    "llama4:llama4_text": "layer 0 keeps a ChunkedKVCache",
 }
 
 
@@ -39,6 +37,16 @@ def test_attention_computed_by_hand_is_refused_by_the_probe(tiny_model_dir):
         probe_kv_layout(model)
 
 
+def test_a_chunked_cache_without_its_adapter_is_refused_naming_the_layer(tiny_model_dir):
+    from mlx_lm import load
+
+    from mlx_paged.kv.cache_plan import plan_caches
+
+    model, _ = load(str(tiny_model_dir("llama4:llama4_text")))
+    with pytest.raises(ValueError, match="layer 0 keeps a ChunkedKVCache"):
+        plan_caches(model)
+
+
 def test_latent_attention_is_refused_by_its_behaviour_not_by_a_list(tiny_model_dir):
     from mlx_paged.kv.attention_hook import UNSUPPORTED_MODEL_TYPES
 
@@ -53,3 +61,14 @@ def test_mistral3_around_ministral3_is_served_exactly(tiny_model_dir):
     contiguous = LLM(path, kv_paged=False).generate(prompts, params)
     assert [r.token_ids for r in paged] == [r.token_ids for r in contiguous]
     assert all(len(r.token_ids) == 12 for r in paged)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "what"),
+    [("gemma2", "soft-capped attention scores"), ("llama4:llama4_text", "chunked attention")],
+)
+def test_fused_rope_is_refused_where_an_adapter_computes_what_it_cannot(
+    tiny_model_dir, model_type, what
+):
+    with pytest.raises(ValueError, match=f"fused RoPE cannot compute {what}"):
+        LLM(str(tiny_model_dir(model_type)), num_blocks=16, fused_rope="on")
