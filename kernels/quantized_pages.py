@@ -211,7 +211,9 @@ def check_kv_quantization(k_bits: int, v_bits: int, group_size: int, head_dim: i
     if group_size not in KV_GROUP_SIZES:
         raise ValueError(f"--kv-group-size must be 32 or 64, not {group_size}")
     if min(k_bits, v_bits) < 16 and head_dim % group_size:
+        fits = [g for g in KV_GROUP_SIZES if head_dim % g == 0]
+        way_out = f"try --kv-group-size {fits[0]}" if fits else "serve it with --kv-bits 16"
         raise ValueError(
             f"the model's head dim ({head_dim}) is not a multiple of --kv-group-size "
-            f"({group_size}), so its K/V cannot be quantized in those groups; try 32"
+            f"({group_size}), so its K/V cannot be quantized in those groups; {way_out}"
         )

@@ -74,8 +74,10 @@ def test_settings_the_pages_cannot_take_are_refused_with_the_reason():
         check_kv_quantization(6, 16, 64, 64)
     with pytest.raises(ValueError, match="32 or 64"):
         check_kv_quantization(8, 8, 128, 64)
-    with pytest.raises(ValueError, match="head dim .96. is not a multiple"):
+    with pytest.raises(ValueError, match="head dim .96. is not a multiple.*--kv-group-size 32"):
         check_kv_quantization(8, 8, 64, 96)
+    with pytest.raises(ValueError, match="head dim .16. is not a multiple.*--kv-bits 16"):
+        check_kv_quantization(8, 8, 32, 16)
     check_kv_quantization(16, 16, 64, 96)  # unquantized pages take any head dim
     with pytest.raises(ValueError, match="BatchKVCache has no to_quantized"):
         EngineConfig(kv_paged=False, kv_bits=8)
