@@ -100,8 +100,8 @@ def test_8_bit_pages_serve_every_kind_of_attention_layer(tmp_path, model_type):
     path = str(build_model(tmp_path / "m", model_type, head_dim=32))
     expected = mlx_lm_tokens(path)
     llm = LLM(path, num_blocks=64, block_size=4, kv_bits=8, kv_group_size=32)
-    got = [r.token_ids for r in llm.generate(PROMPTS, SamplingParams(max_tokens=MAX_TOKENS,
-                                                                      ignore_eos=True))]  # fmt: skip
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    got = [r.token_ids for r in llm.generate(PROMPTS, params)]
     assert all(p.k_bits == p.v_bits == 8 for p in llm.engine.runner.pool.pages)
     # A prompt's first token attends to its own unquantized K/V: exact. Later steps read 8-bit
     # pages; these random models flip at most a few near-ties (27 of 30 or more measured).
