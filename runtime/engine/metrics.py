@@ -94,7 +94,8 @@ def _kv_metrics(out: _Exposition, engine) -> None:
         ("kv_blocks_cached", "Free KV blocks that still hold a cached prefix (evictable).",
          cached),
         ("kv_block_size", "Tokens per KV block.", engine.kv.block_size),
-        ("kv_bytes_per_token", "KV pool bytes per token, every layer's K and V together.",
+        ("kv_bytes_per_token", "KV bytes per token of a block: K and V of every layer of "
+         "one KV cache group (every layer, unless sliding windows have groups).",
          engine.runner.pool.nbytes // (engine.runner.pool.num_blocks * engine.kv.block_size)),
     ):  # fmt: skip
         out.add(f"mlx_paged_{name}", "gauge", help_text, value)

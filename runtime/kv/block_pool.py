@@ -64,7 +64,9 @@ class BlockPool:
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
         """Take a reference on prefix-cache hits; a free one leaves the free queue."""
         for block in blocks:
-            if block.ref_cnt == 0 and not block.is_null:
+            if block.is_null:  # a window group's hit starts with null blocks: nobody owns them
+                continue
+            if block.ref_cnt == 0:
                 self.free_block_queue.remove(block)
                 self.num_cached_free_blocks -= block.block_hash is not None
             block.ref_cnt += 1

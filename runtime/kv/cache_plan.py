@@ -18,9 +18,11 @@ _OFF = "use --kv-paged off"
 
 @dataclass(frozen=True)
 class AttentionSlot:
-    """A K/V cache: the `index`th attention layer of the pool."""
+    """A K/V cache: the `index`th attention layer of the pool; `window`: the sliding window
+    its `RotatingKVCache` keeps, None for a cache of every token."""
 
     index: int
+    window: int | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,13 @@ class CachePlan:
     @property
     def num_state(self) -> int:
         return len(self.state_sizes)
+
+    @property
+    def windows(self) -> list[int | None]:
+        """Per attention layer, in order, its sliding window (None: full attention)."""
+        slots = sorted((s for s in self._leaves() if isinstance(s, AttentionSlot)),
+                       key=lambda s: s.index)  # fmt: skip
+        return [s.window for s in slots]
 
     def _leaves(self):
         stack = list(reversed(self.entries))
@@ -96,7 +105,8 @@ def plan_caches(model) -> CachePlan:
     def one(cache, layer: int):
         if isinstance(cache, paged_kinds):
             counts["attention"] += 1
-            return AttentionSlot(counts["attention"] - 1)
+            window = cache.max_size if isinstance(cache, RotatingKVCache) else None
+            return AttentionSlot(counts["attention"] - 1, window)
         if type(cache) is ArraysCache:
             counts["state"] += 1
             return StateSlot(counts["state"] - 1, len(cache.cache))

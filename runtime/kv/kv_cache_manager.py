@@ -35,6 +35,9 @@ class KVCacheManager:
         enable_caching: automatic prefix caching (`--no-prefix-caching` turns it off).
         state_slots: the recurrent-state slots of a hybrid model (None: attention only). Each
             request then holds a slot too, and a prefix hit needs a state snapshot where it ends.
+        group_windows: per KV cache group (`kv_groups.py`), its sliding window, None for full
+            attention. A request holds a block table per group; a window group frees the blocks
+            no later query can see, and a prefix hit needs its window's blocks still cached.
     """
 
     def __init__(
@@ -43,13 +46,18 @@ class KVCacheManager:
         block_size: int,
         enable_caching: bool = True,
         state_slots: StateSlots | None = None,
+        group_windows: tuple[int | None, ...] = (None,),
     ):
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
         self.enable_caching = enable_caching
         self.block_pool = BlockPool(num_blocks, enable_caching)
-        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        self.group_windows = group_windows
+        # Per request, per group, its blocks; a window group's freed ones are the null block.
+        self.req_to_blocks: dict[str, list[list[KVCacheBlock]]] = {}
+        # Per request, per group, how many leading blocks the window has already left.
+        self.num_freed: dict[str, list[int]] = {}
         self.req_to_block_hashes: dict[str, list[BlockHash]] = {}
         self.num_cached_block: dict[str, int] = {}
         self.state_slots = state_slots
@@ -64,51 +72,79 @@ class KVCacheManager:
             )
         return hashes
 
-    def get_computed_blocks(self, request: PagedRequest) -> tuple[list[KVCacheBlock], int]:
-        """Longest run of cached full blocks at the start of the request.
-
-        The hit stops short of the last token, which must be computed to get logits.
+    def get_computed_blocks(self, request: PagedRequest) -> tuple[list[list[KVCacheBlock]], int]:
+        """Longest prefix of the request whose blocks are cached in every group (a window group
+        only needs the blocks its window sees from there) and, on a hybrid, where a state
+        snapshot was kept. The hit stops short of the last token, which must be computed to get
+        logits.
 
         Returns:
-            (blocks, number of tokens they hold).
+            (per group the hit blocks, the null block where a window needs none; tokens held).
         """
+        none = [[] for _ in self.group_windows]
         if not self.enable_caching:
-            return [], 0
+            return none, 0
         max_blocks = (len(request.all_token_ids) - 1) // self.block_size
-        hits = []
-        for block_hash in self._block_hashes(request)[:max_blocks]:
+        hashes = self._block_hashes(request)[:max_blocks]
+        full = []
+        for block_hash in hashes:
             block = self.block_pool.get_cached_block(block_hash)
             if block is None:
                 break
-            hits.append(block)
-        if self.state_slots is not None:  # the hit ends where a state snapshot was kept
-            hashes = self.req_to_block_hashes[request.request_id]
-            while hits and not self.state_slots.has_snapshot(hashes[len(hits) - 1]):
-                hits.pop()
-        return hits, len(hits) * self.block_size
+            full.append(block)
+        for n in range(len(full), 0, -1):
+            hits = self._hits_at(hashes, full, n)
+            if hits is not None:
+                return hits, n * self.block_size
+        return none, 0
+
+    def _hits_at(self, hashes, full: list[KVCacheBlock], n: int):
+        """Per group the blocks of a hit of `n` blocks, or None where a group or the state
+        snapshots cannot give it."""
+        if self.state_slots is not None and not self.state_slots.has_snapshot(hashes[n - 1]):
+            return None
+        hits = []
+        for g, window in enumerate(self.group_windows):
+            if g == 0:
+                hits.append(full[:n])
+                continue
+            first = self._first_visible(n * self.block_size, window)
+            blocks = [self.block_pool.get_cached_block((g, h)) for h in hashes[first:n]]
+            if any(b is None for b in blocks):
+                return None
+            hits.append([self.block_pool.null_block] * first + blocks)
+        return hits
+
+    def _first_visible(self, position: int, window: int | None) -> int:
+        """The first block a query at `position` or later can see through `window`."""
+        if window is None:
+            return 0
+        return max(position - window + 1, 0) // self.block_size
 
     def num_blocks_needed(
         self,
         request: PagedRequest,
         num_new_tokens: int,
-        new_computed_blocks: Sequence[KVCacheBlock] = (),
+        new_computed_blocks: Sequence[Sequence[KVCacheBlock]] = (),
     ) -> int:
         """New blocks `allocate_slots` would take from the free queue for this request."""
-        held = len(self.req_to_blocks.get(request.request_id, ())) + len(new_computed_blocks)
-        num_tokens = (
-            request.num_computed_tokens
-            + len(new_computed_blocks) * self.block_size
-            + num_new_tokens
-        )
-        # Reviving a free cached block takes it off the free queue too.
-        revived = sum(1 for b in new_computed_blocks if b.ref_cnt == 0)
-        return max(cdiv(num_tokens, self.block_size) - held, 0) + revived
+        held = self.req_to_blocks.get(request.request_id)
+        hits = list(new_computed_blocks) or [[] for _ in self.group_windows]
+        num_hit = len(hits[0]) * self.block_size
+        blocks = cdiv(request.num_computed_tokens + num_hit + num_new_tokens, self.block_size)
+        needed = 0
+        for g, group_hits in enumerate(hits):
+            have = len(held[g]) if held else 0
+            # Reviving a free cached block takes it off the free queue too.
+            revived = sum(1 for b in group_hits if b.ref_cnt == 0 and not b.is_null)
+            needed += max(blocks - have - len(group_hits), 0) + revived
+        return needed
 
     def can_allocate(
         self,
         request: PagedRequest,
         num_new_tokens: int,
-        new_computed_blocks: Sequence[KVCacheBlock] = (),
+        new_computed_blocks: Sequence[Sequence[KVCacheBlock]] = (),
         num_reserved_blocks: int = 0,
     ) -> bool:
         needed = self.num_blocks_needed(request, num_new_tokens, new_computed_blocks)
@@ -118,7 +154,7 @@ class KVCacheManager:
         self,
         request: PagedRequest,
         num_new_tokens: int,
-        new_computed_blocks: Sequence[KVCacheBlock] = (),
+        new_computed_blocks: Sequence[Sequence[KVCacheBlock]] = (),
     ) -> list[KVCacheBlock] | None:
         """Give the request room for `num_new_tokens` more tokens after its computed ones.
 
@@ -128,43 +164,73 @@ class KVCacheManager:
             new_computed_blocks: prefix-cache hits from `get_computed_blocks` (first call only).
 
         Returns:
-            The newly allocated blocks, or None when the pool cannot hold them (nothing changes).
+            The newly allocated blocks, group after group, or None when the pool cannot hold
+            them (nothing changes).
         """
         if num_new_tokens < 1:
             raise ValueError("num_new_tokens must be >= 1")
         if not self.can_allocate(request, num_new_tokens, new_computed_blocks):
             return None
-        blocks = self.req_to_blocks.setdefault(request.request_id, [])
-        if new_computed_blocks:
-            self.block_pool.touch(new_computed_blocks)
-            blocks.extend(new_computed_blocks)
-            self.num_cached_block[request.request_id] = len(blocks)
-        num_tokens = (
-            request.num_computed_tokens
-            + len(new_computed_blocks) * self.block_size
-            + num_new_tokens
-        )
-        new_blocks = self.block_pool.get_new_blocks(
-            max(cdiv(num_tokens, self.block_size) - len(blocks), 0)
-        )
-        blocks.extend(new_blocks)
+        groups = self._groups(request)
+        hits = list(new_computed_blocks)
+        if any(hits):
+            for blocks, group_hits in zip(groups, hits):
+                self.block_pool.touch(group_hits)
+                blocks.extend(group_hits)
+            self.num_cached_block[request.request_id] = len(hits[0])
+        num_hit = len(hits[0]) * self.block_size if hits else 0
+        num_tokens = request.num_computed_tokens + num_hit + num_new_tokens
+        new_blocks = []
+        for blocks in groups:
+            new = self.block_pool.get_new_blocks(
+                max(cdiv(num_tokens, self.block_size) - len(blocks), 0)
+            )
+            blocks.extend(new)
+            new_blocks += new
         return new_blocks
+
+    def _groups(self, request: PagedRequest) -> list[list[KVCacheBlock]]:
+        return self.req_to_blocks.setdefault(request.request_id, [[] for _ in self.group_windows])
 
     def cache_blocks(self, request: PagedRequest, num_computed_tokens: int) -> None:
         """Register the blocks that `num_computed_tokens` computed tokens have filled (at most
-        the request's known tokens: a decode step's fed token is known only after the step)."""
-        if not self.enable_caching:
+        the request's known tokens: a decode step's fed token is known only after the step),
+        then free the window groups' blocks that no query from there on can see."""
+        groups = self.req_to_blocks.get(request.request_id)
+        if not groups:
             return
-        blocks = self.req_to_blocks.get(request.request_id, [])
+        if self.enable_caching:
+            self._cache_full_blocks(request, groups, num_computed_tokens)
+        self._free_out_of_window(request, groups, num_computed_tokens)
+
+    def _cache_full_blocks(self, request, groups, num_computed_tokens: int) -> None:
         num_tokens = min(num_computed_tokens, len(request.all_token_ids))
-        num_full = min(num_tokens // self.block_size, len(blocks))
+        num_full = min(num_tokens // self.block_size, len(groups[0]))
         start = self.num_cached_block.get(request.request_id, 0)
         if num_full <= start:
             return
         hashes = self._block_hashes(request)
-        for i in range(start, num_full):
-            self.block_pool.cache_full_block(blocks[i], hashes[i])
+        for g, blocks in enumerate(groups):
+            for i in range(start, num_full):
+                if not blocks[i].is_null:
+                    self.block_pool.cache_full_block(
+                        blocks[i], hashes[i] if g == 0 else (g, hashes[i])
+                    )
         self.num_cached_block[request.request_id] = num_full
+
+    def _free_out_of_window(self, request, groups, num_computed: int) -> None:
+        freed = self.num_freed.setdefault(request.request_id, [0] * len(groups))
+        # The next query sits at `num_computed`, or one before it where a decode step has
+        # counted the token it feeds.
+        position = max(num_computed - 1, 0)
+        for g, window in enumerate(self.group_windows):
+            if window is None:
+                continue
+            blocks, end = groups[g], min(self._first_visible(position, window), len(groups[g]))
+            gone = blocks[freed[g] : end]
+            self.block_pool.free_blocks(list(reversed(gone)))
+            blocks[freed[g] : end] = [self.block_pool.null_block] * len(gone)
+            freed[g] = max(freed[g], end)
 
     def free(self, request: PagedRequest, cache_computed: bool = False) -> None:
         """Release the request's blocks, tail first, so its most specific blocks go first.
@@ -177,8 +243,9 @@ class KVCacheManager:
             self.cache_blocks(request, request.num_computed_tokens)
         if self.state_slots is not None:
             self.state_slots.free_slot(request.request_id)
-        blocks = self.req_to_blocks.pop(request.request_id, [])
-        self.block_pool.free_blocks(list(reversed(blocks)))
+        for blocks in self.req_to_blocks.pop(request.request_id, []):
+            self.block_pool.free_blocks(list(reversed(blocks)))
+        self.num_freed.pop(request.request_id, None)
         self.num_cached_block.pop(request.request_id, None)
         self.req_to_block_hashes.pop(request.request_id, None)
 
@@ -196,7 +263,9 @@ class KVCacheManager:
             return False
         self.allocate_slots(request, num_new, hits)
         if slots is not None:
-            restore = self._block_hashes(request)[len(hits) - 1] if hits else None
+            restore = (
+                self._block_hashes(request)[num_hit // self.block_size - 1] if num_hit else None
+            )
             slots.allocate(request.request_id, restore)
         request.num_computed_tokens = num_hit
         if not request.output_token_ids:  # a resumed request's hit may cover its own output
@@ -208,9 +277,9 @@ class KVCacheManager:
         previous steps filled is cached first, so decoded text is a prefix like any prompt."""
         if request.num_computed_tokens % self.block_size == 0:
             self.cache_blocks(request, request.num_computed_tokens)
-        blocks = self.req_to_blocks.get(request.request_id)
+        groups = self.req_to_blocks.get(request.request_id)
         # Most steps: the token's slot is in a block the request holds, and nothing changes.
-        if blocks and request.num_computed_tokens < len(blocks) * self.block_size:
+        if groups and request.num_computed_tokens < len(groups[0]) * self.block_size:
             return True
         return self.allocate_slots(request, 1) is not None
 
@@ -228,10 +297,11 @@ class KVCacheManager:
         if self.state_slots is not None:
             self.state_slots.reset_snapshots()
 
-    def get_blocks(self, request: PagedRequest) -> list[KVCacheBlock]:
-        """The request's blocks: the manager's own list, which grows in place while the request
-        runs (callers read it, never change it)."""
-        return self.req_to_blocks.setdefault(request.request_id, [])
+    def get_blocks(self, request: PagedRequest, group: int = 0) -> list[KVCacheBlock]:
+        """The request's blocks in `group`: the manager's own list, which grows in place while
+        the request runs (callers read it, never change it)."""
+        return self._groups(request)[group]
 
-    def get_block_ids(self, request: PagedRequest) -> list[int]:
-        return [b.block_id for b in self.req_to_blocks.get(request.request_id, [])]
+    def get_block_ids(self, request: PagedRequest, group: int = 0) -> list[int]:
+        groups = self.req_to_blocks.get(request.request_id)
+        return [b.block_id for b in groups[group]] if groups else []

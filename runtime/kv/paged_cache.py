@@ -21,6 +21,7 @@ import numpy as np
 from mlx_paged.kernels.counter_chain import CounterChain
 from mlx_paged.kernels.kernel_inputs import input_array
 from mlx_paged.kernels.quantized_pages import QuantizedKVPages
+from mlx_paged.kv.kv_groups import KVCacheGroups
 from mlx_paged.kv.rope_fusion import DeferredOffset
 
 
@@ -85,9 +86,9 @@ class KVPages(NamedTuple):
 
 
 class PagedKVPool:
-    """Every layer's pages (`pages[layer]`: `KVPages` or `QuantizedKVPages`). It holds the only
-    references to them, so the scatters that write new tokens can reuse (donate) the buffers
-    instead of copying the pool."""
+    """Every page array (`pages[layer_array[layer]]`: `KVPages` or `QuantizedKVPages`). It
+    holds the only references to them, so the scatters that write new tokens can reuse (donate)
+    the buffers instead of copying the pool."""
 
     def __init__(
         self,
@@ -101,16 +102,20 @@ class PagedKVPool:
         v_bits: int = 16,
         group_size: int = 64,
         layer_shapes: list[tuple[int, int]] | None = None,
+        groups: KVCacheGroups | None = None,
     ):
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
         self.num_blocks, self.block_size = num_blocks, block_size
         self.page_shape, self.dtype = shape, dtype
-        # Per layer, its page shape: `layer_shapes` gives (KV heads, head size) where layers
+        # Per layer, its KV cache group and the page array it keeps its K/V in: its own, or one
+        # it shares with the layers at its place in the other groups (`kv_groups.py`).
+        self.groups = groups or KVCacheGroups.single(num_layers)
+        self.layer_array = list(self.groups.layer_array)
+        # Per array, its page shape: `layer_shapes` gives (KV heads, head size) where layers
         # differ (Gemma 4's global layers); a block id addresses the same tokens in each.
-        self.page_shapes = [
-            (num_blocks, block_size, h, d)
-            for h, d in (layer_shapes or [(num_kv_heads, head_dim)] * num_layers)
-        ]
+        shapes = layer_shapes or [(num_kv_heads, head_dim)] * num_layers
+        first = {a: layer for layer, a in reversed(list(enumerate(self.layer_array)))}
+        self.page_shapes = [(num_blocks, block_size, *shapes[first[a]]) for a in range(len(first))]
         self.max_kv_heads = max(s[2] for s in self.page_shapes)
         # K and V bits per value (16: the model's dtype), quantized in groups of `group_size`.
         self.k_bits, self.v_bits, self.group_size = k_bits, v_bits, group_size
@@ -175,12 +180,13 @@ class PagedKVPool:
             if length > 1:
                 x = x.transpose(0, 2, 1, 3)
             new.append(x.reshape(batch * length, heads, dim).astype(self.dtype))
-        pages = self.pages[layer]
-        self.pages[layer] = None  # drop our reference before the scatter: it may reuse the buffer
+        array = self.layer_array[layer]
+        pages = self.pages[array]
+        self.pages[array] = None  # drop our reference before the scatter: it may reuse the buffer
         try:
             pages = pages.write(slot_mapping, *new)
         finally:
-            self.pages[layer] = pages
+            self.pages[array] = pages
 
 
 @dataclass
@@ -224,11 +230,11 @@ class PagedLayerCache:
     @property
     def k_pages(self):
         """This layer's K pages: an array, or the K side of quantized pages."""
-        return self.pool.pages[self.layer].k
+        return self.pool.pages[self.pool.layer_array[self.layer]].k
 
     @property
     def v_pages(self):
-        return self.pool.pages[self.layer].v
+        return self.pool.pages[self.pool.layer_array[self.layer]].v
 
 
 def split_slots(slots, block_size: int) -> tuple[mx.array, mx.array]:

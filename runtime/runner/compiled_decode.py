@@ -39,8 +39,9 @@ class CompiledDecode:
         self._calls_per_step: Counter = Counter()
         self._traced_now = False
 
-    def __call__(self, tokens: mx.array, meta: PagedAttentionMetadata) -> mx.array:
-        pool = self.pool
+    def __call__(self, tokens: mx.array, metas: list[PagedAttentionMetadata]) -> mx.array:
+        """Logits of a decode step whose KV cache groups read `metas` (one each)."""
+        pool, meta = self.pool, metas[0]
         pages = list(pool.pages)
         decode = self.states.decode if self.states is not None else None
         states = list(decode.arrays) if decode is not None else []
@@ -50,8 +51,8 @@ class CompiledDecode:
         self._traced_now = False
         try:
             logits, counters_next, new_pages, new_states = self._compiled(
-                tokens, meta.block_tables, meta.context_lens, meta.slot_mapping, counters, pages,
-                *hybrid,
+                tokens, [m.block_tables for m in metas], meta.context_lens,
+                [m.slot_mapping for m in metas], counters, pages, *hybrid,
             )  # fmt: skip
         except BaseException:  # a failed trace left tracers in the pool and the counter chain
             pool.pages[:] = pages
@@ -74,15 +75,18 @@ class CompiledDecode:
             self.states.decode.arrays = states
         pool.counters.replace(counters)
         before = Counter(pool.attention_calls)
-        meta = PagedAttentionMetadata(
-            block_tables=block_tables,
-            context_lens=context_lens,
-            offsets=context_lens - 1,
-            slot_mapping=slot_mapping,
-            num_query_tokens=1,
-            rope_in_attention=pool.rope_inv_freq is not None,
-        )
-        logits = self._forward(tokens, meta)
+        metas = [
+            PagedAttentionMetadata(
+                block_tables=tables,
+                context_lens=context_lens,
+                offsets=context_lens - 1,
+                slot_mapping=slots,
+                num_query_tokens=1,
+                rope_in_attention=pool.rope_inv_freq is not None,
+            )
+            for tables, slots in zip(block_tables, slot_mapping)
+        ]
+        logits = self._forward(tokens, metas)
         self._calls_per_step = pool.attention_calls - before
         self._traced_now = True
         states = self.states.decode.arrays if self.states is not None else []

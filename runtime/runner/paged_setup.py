@@ -12,6 +12,7 @@ from mlx_paged.kv.attention_adapters import adapt_attention
 from mlx_paged.kv.attention_hook import check_model_supported, install_attention_hook
 from mlx_paged.kv.fused_rope_setup import enable_fused_rope
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
+from mlx_paged.kv.kv_groups import KVCacheGroups, plan_groups
 from mlx_paged.kv.kv_layout import KVLayout, probe_kv_layout
 from mlx_paged.kv.paged_cache import PagedKVPool
 from mlx_paged.kv.prefill_shapes import PrefillShapes
@@ -135,11 +136,15 @@ def cuda_prefill_shapes(layout: KVLayout) -> PrefillShapes | None:
     return PrefillShapes(layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.dtype)
 
 
-def kv_bytes_per_token(layout: KVLayout, k_bits: int, v_bits: int, group_size: int) -> int:
-    """Bytes one token's K and V take in the pool, every layer together."""
+def kv_bytes_per_token(
+    layout: KVLayout, k_bits: int, v_bits: int, group_size: int, groups: KVCacheGroups | None = None
+) -> int:
+    """Bytes one token's K and V take in a block: one layer of each page array of `groups`
+    (None: every layer, each with its own)."""
+    groups = groups or KVCacheGroups.single(layout.num_layers)
     return sum(
-        layer_bytes_per_token(heads, dim, layout.dtype, k_bits, v_bits, group_size)
-        for heads, dim, _ in layout.shapes
+        layer_bytes_per_token(*layout.shapes[i][:2], layout.dtype, k_bits, v_bits, group_size)
+        for i in groups.array_layers
     )
 
 
@@ -166,6 +171,15 @@ def _log_pool(
             logger.warning("the KV budget holds %d recurrent-state slots of the %d wanted for "
                            "live requests and their snapshots: admission waits for a slot",
                            states.num_slots - 1, wanted_slots - 1)  # fmt: skip
+
+
+def _log_groups(groups: KVCacheGroups, single_why: str | None) -> None:
+    if groups.num_groups > 1:
+        logger.info("KV cache groups: %s; a block holds one layer of each of %d page arrays, "
+                    "and a sliding-window group frees the blocks its window left",
+                    groups.describe(), groups.num_arrays)  # fmt: skip
+    elif single_why:
+        logger.info("sliding windows keep their pages: %s", single_why)
 
 
 def _pool_sizes(
@@ -237,7 +251,9 @@ def build_paged_path(
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
     for head_dim in {dim for _, dim, _ in layout.shapes}:
         check_kv_quantization(k_bits, v_bits, kv_group_size, head_dim)  # fmt: skip
-    block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size)
+    windows = layout.plan.windows if layout.plan else [None] * layout.num_layers
+    groups, single_why = plan_groups(windows, list(layout.shapes))
+    block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size, groups)
     wanted = state_pool_slots(max_live_requests) if layout.state else 0
     num_blocks, num_slots = _pool_sizes(
         block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens,
@@ -245,7 +261,7 @@ def build_paged_path(
     )  # fmt: skip
     pool = PagedKVPool(layout.num_layers, num_blocks, block_size, layout.num_kv_heads,
                        layout.head_dim, layout.dtype, k_bits, v_bits, kv_group_size,
-                       [(h, d) for h, d, _ in layout.shapes])  # fmt: skip
+                       [(h, d) for h, d, _ in layout.shapes], groups)  # fmt: skip
     bits = (k_bits, v_bits, kv_group_size if min(k_bits, v_bits) < 16 else 0)
     pool.decode_backend = select_decode_kernel(
         layout, block_size, paged_attention, bits, beyond_kernels
@@ -258,8 +274,9 @@ def build_paged_path(
         warm_up_kernels(pool.decode_backend, layout, block_size, rope, bits)
     states = StatePool(layout.state, num_slots) if num_slots else None
     slots = StateSlots(num_slots, enable_prefix_caching) if num_slots else None
-    kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching, slots)
+    kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching, slots, groups.windows)
     _log_pool(pool, block_bytes // block_size, enable_prefix_caching, states, wanted)
+    _log_groups(groups, single_why)
     compiled = compile_decode == "on" or (compile_decode == "auto" and bool(pool.decode_backend))
     return PagedRunner(model, pool, kv, compiled, layout.plan, states), kv
 

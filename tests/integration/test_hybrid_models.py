@@ -29,6 +29,7 @@ FAMILIES = [
     "nemotron_h",
     "granitemoehybrid",
     "olmo_hybrid",
+    "gemma3_text",
     "gemma4_text",
     "gemma4_text@e2b",
     "gemma4:gemma4_text",
@@ -36,6 +37,7 @@ FAMILIES = [
     "llama4:llama4_text",
 ]
 PROMPTS = [list(range(5, 24)), [11, 12, 13], list(range(30, 70))]
+SMALL_POOL = {"gemma3_text": 28}
 MAX_TOKENS = 10
 
 
@@ -61,9 +63,41 @@ def test_hybrid_tokens_equal_mlx_lm_cold_cached_and_preempted(tiny_model_dir, mo
     assert [r.token_ids for r in again] == expected
     assert [r.num_cached_tokens for r in again] == [16, 0, 36]
 
-    # The prompts fit (16 blocks and a spare), their answers do not (25 blocks).
-    small = LLM(path, num_blocks=18, block_size=4)
+    # The prompts fit (16 blocks and a spare), their answers do not (25 blocks); with a window
+    # group beside the full one, admission takes a prompt's blocks in both.
+    small = LLM(path, num_blocks=SMALL_POOL.get(model_type, 18), block_size=4)
     assert [r.token_ids for r in small.generate(PROMPTS, params)] == expected
+    # A window group frees enough that these answers fit: `test_windows_free_their_pages`.
+    assert small.engine.metrics.preemptions_total > 0 or model_type in SMALL_POOL
+
+
+def test_windows_free_their_pages_and_stay_exact_under_preemption(tiny_model_dir):
+    # gemma3_text: 2 full-attention layers and 2 with a sliding window of 8, in blocks of 4.
+    path = str(tiny_model_dir("gemma3_text"))
+    prompts, new = [list(range(5, 45)), list(range(50, 70)), [7, 8, 9]], 40
+    model, _ = load(path)
+    expected = [
+        [int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(new))]
+        for p in prompts
+    ]
+    params = SamplingParams(max_tokens=new, ignore_eos=True)
+    llm = LLM(path, num_blocks=128, block_size=4)
+    kv = llm.engine.kv
+    assert kv.group_windows == (None, 8)
+    held, engine = [], llm.engine
+    stream = engine.add_request(prompts[0], params)
+    engine.drain_inbox()
+    while engine.scheduler.has_unfinished_requests():
+        engine.step()
+        groups = kv.req_to_blocks.get(stream.request_id)
+        if groups:
+            held.append([sum(not b.is_null for b in blocks) for blocks in groups])
+    # The full group keeps every block (80 tokens: 20); the window group at most what a
+    # window of 8 and the step's token reach (3 blocks of 4), past the prompt's own.
+    assert held[-1][0] == 20 and max(h[1] for h in held[1:]) <= 3
+    assert [r.token_ids for r in llm.generate(prompts, params)] == expected
+    small = LLM(path, num_blocks=44, block_size=4)
+    assert [r.token_ids for r in small.generate(prompts, params)] == expected
     assert small.engine.metrics.preemptions_total > 0
 
 

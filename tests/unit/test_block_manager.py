@@ -69,7 +69,7 @@ def test_allocate_free_and_prefix_hit_exact_ids_and_order():
     m = KVCacheManager(num_blocks=10, block_size=4)
     pool = m.block_pool
     a = Req("a", list(range(10)))  # 2 full blocks + 2 tokens
-    assert m.get_computed_blocks(a) == ([], 0)
+    assert m.get_computed_blocks(a) == ([[]], 0)
     assert [b.block_id for b in m.allocate_slots(a, 10)] == [1, 2, 3]
     a.num_computed_tokens = 10
     m.cache_blocks(a, 10)
@@ -79,7 +79,7 @@ def test_allocate_free_and_prefix_hit_exact_ids_and_order():
     # Same 8-token prefix: the two full blocks are shared, the rest is new.
     b = Req("b", list(range(8)) + [99, 98, 97])
     hits, n = m.get_computed_blocks(b)
-    assert ([h.block_id for h in hits], n) == ([1, 2], 8)
+    assert ([h.block_id for h in hits[0]], n) == ([1, 2], 8)
     assert [x.block_id for x in m.allocate_slots(b, 3, hits)] == [4]
     assert m.get_block_ids(b) == [1, 2, 4]
     assert [pool.blocks[i].ref_cnt for i in (1, 2, 4)] == [2, 2, 1]
@@ -95,7 +95,7 @@ def test_allocate_free_and_prefix_hit_exact_ids_and_order():
     # A hit on free cached blocks revives them in O(1), out of the middle of the queue.
     c = Req("c", list(range(8)) + [7])
     hits, n = m.get_computed_blocks(c)
-    assert ([h.block_id for h in hits], n) == ([1, 2], 8)
+    assert ([h.block_id for h in hits[0]], n) == ([1, 2], 8)
     assert [x.block_id for x in m.allocate_slots(c, 1, hits)] == [5]
     assert free_ids(pool) == [6, 7, 8, 9, 3, 4]
 
@@ -107,7 +107,7 @@ def test_hit_leaves_the_last_token_to_compute():
     m.cache_blocks(a, 8)
     same = Req("same", list(range(8)))
     hits, n = m.get_computed_blocks(same)
-    assert ([h.block_id for h in hits], n) == ([1], 4)  # not both: the last token needs logits
+    assert ([h.block_id for h in hits[0]], n) == ([1], 4)  # not both: the last token needs logits
 
 
 def test_eviction_is_lazy_and_lru():
@@ -123,7 +123,7 @@ def test_eviction_is_lazy_and_lru():
     assert [x.block_id for x in m.allocate_slots(b, 3)] == [3, 2]
     assert [blk.block_id for blk in pool.cached_block_hash_to_block.values()] == [1]
     hits, _ = m.get_computed_blocks(Req("c", [1, 2, 3, 4, 5]))
-    assert [h.block_id for h in hits] == [1]
+    assert [h.block_id for h in hits[0]] == [1]
 
 
 def test_allocation_that_does_not_fit_changes_nothing():
@@ -174,7 +174,7 @@ def test_decoded_blocks_are_cached_and_the_next_turn_hits_prompt_and_answer():
     m.cache_blocks(a, 3)
     _decode(m, a, 9)  # fills block 2 with [3, 9]
     _decode(m, a, 8)  # caches block 2 before taking block 3
-    assert m.get_computed_blocks(Req("b", [1, 2, 3, 9, 5])) == (m.req_to_blocks["a"][:2], 4)
+    assert m.get_computed_blocks(Req("b", [1, 2, 3, 9, 5])) == ([m.get_blocks(a)[:2]], 4)
     _decode(m, a, 7)  # [8, 7] is full but cached only when the request goes on or leaves
     assert m.get_computed_blocks(Req("c", [1, 2, 3, 9, 8, 7, 5]))[1] == 4
     m.free(a, cache_computed=True)
@@ -198,7 +198,7 @@ def test_free_without_cache_computed_caches_nothing_new():
     m.allocate_slots(a, 5)
     a.num_computed_tokens = 5  # scheduled, but its step failed: the K/V is not trusted
     m.free(a)
-    assert m.get_computed_blocks(Req("b", [1, 2, 3, 4, 5])) == ([], 0)
+    assert m.get_computed_blocks(Req("b", [1, 2, 3, 4, 5])) == ([[]], 0)
 
 
 def test_caching_off_never_hits():
@@ -206,7 +206,7 @@ def test_caching_off_never_hits():
     a = Req("a", [1, 2, 3])
     m.allocate_slots(a, 3)
     m.cache_blocks(a, 3)
-    assert m.get_computed_blocks(Req("b", [1, 2, 3])) == ([], 0)
+    assert m.get_computed_blocks(Req("b", [1, 2, 3])) == ([[]], 0)
     assert m.block_pool.cached_block_hash_to_block == {}
 
 

@@ -1,0 +1,77 @@
+"""KV cache groups (vLLM's hybrid KV cache manager, for sliding windows): attention layers
+grouped by what they keep, so a sliding-window layer's old pages go back to the pool.
+
+Full-attention layers form group 0; sliding-window layers form further groups of the same
+size. Each group has its own block table per request, and a block id is held by one group at a
+time. The layers at the same place in their groups share one page array (`layer_array`): a
+block of that array holds, for the group that owns the block, its layer's K/V. So one block
+costs the same bytes in every group, all groups draw on the one pool, and a window group frees
+the blocks its window left behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class KVCacheGroups:
+    """Per group its sliding window (None: full attention); per attention layer its group and
+    the page array it shares."""
+
+    windows: tuple[int | None, ...]
+    layer_group: tuple[int, ...]
+    layer_array: tuple[int, ...]
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.windows)
+
+    @property
+    def num_arrays(self) -> int:
+        return max(self.layer_array) + 1
+
+    @property
+    def array_layers(self) -> list[int]:
+        """Per page array, the first layer keeping its K/V there (all share its shape)."""
+        first: dict[int, int] = {}
+        for layer, array in enumerate(self.layer_array):
+            first.setdefault(array, layer)
+        return [first[a] for a in range(self.num_arrays)]
+
+    @classmethod
+    def single(cls, num_layers: int) -> KVCacheGroups:
+        """Every layer in one group, each with its own pages."""
+        return cls((None,), (0,) * num_layers, tuple(range(num_layers)))
+
+    def describe(self) -> str:
+        """ "full attention: 2 layers; sliding window 512: 10 layers in 5 groups" or the like."""
+        parts = []
+        for window in dict.fromkeys(self.windows):
+            groups = [g for g, w in enumerate(self.windows) if w == window]
+            layers = sum(1 for g in self.layer_group if g in groups)
+            name = "full attention" if window is None else f"sliding window {window}"
+            parts.append(f"{name}: {layers} layers in {len(groups)} group(s)")
+        return "; ".join(parts)
+
+
+def plan_groups(windows: list[int | None], shapes: list) -> tuple[KVCacheGroups, str | None]:
+    """The groups for attention layers with these sliding `windows` and page `shapes`, and,
+    where every layer stays in one group though some have windows, why."""
+    single = KVCacheGroups.single(len(windows))
+    window_layers = [i for i, w in enumerate(windows) if w is not None]
+    if not window_layers:
+        return single, None
+    if len(set(shapes)) > 1:
+        return single, "its layers cache K/V of several shapes, which cannot share page arrays"
+    full = [i for i, w in enumerate(windows) if w is None]
+    size = len(full) or len(window_layers)
+    members = [full] if full else []
+    members += [window_layers[i : i + size] for i in range(0, len(window_layers), size)]
+    # A window group frees what its widest layer can no longer see.
+    group_windows = tuple(None if m is full else max(windows[i] for i in m) for m in members)
+    layer_group, layer_array = [0] * len(windows), [0] * len(windows)
+    for g, m in enumerate(members):
+        for place, layer in enumerate(m):
+            layer_group[layer], layer_array[layer] = g, place
+    return KVCacheGroups(group_windows, tuple(layer_group), tuple(layer_array)), None

@@ -1,0 +1,95 @@
+"""A forward's attention metadata for each KV cache group (`kv/kv_groups.py`): the rows, their
+lengths and positions are the same in every group; block tables and write slots are each
+group's own."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from mlx_paged.kernels.kernel_inputs import input_array
+from mlx_paged.kv.kv_cache_manager import cdiv
+from mlx_paged.kv.paged_cache import PagedAttentionMetadata, split_slots
+
+
+def slots_of(table: list[int], start: int, count: int, block_size: int) -> list[int]:
+    """Pool slots of positions `start...start + count` of a row with block ids `table`."""
+    return [
+        table[p // block_size] * block_size + p % block_size for p in range(start, start + count)
+    ]
+
+
+def prefill_row(table: list[int], start: int, count: int, block_size: int):
+    """A `prefill_rows` entry: the chunk and its table trimmed to the blocks it reaches."""
+    return start, count, input_array(table[: cdiv(start + count, block_size)])
+
+
+def prefill_metadata(kv, rows, starts, counts, width: int) -> list[PagedAttentionMetadata]:
+    """Per group, the metadata of rows writing `counts[b]` tokens from `starts[b]`, padded to
+    `width` (padding writes land in the null block)."""
+    bs = kv.block_size
+    metas = []
+    for g in range(len(kv.group_windows)):
+        tables = [kv.get_block_ids(r, g) for r in rows]
+        max_blocks = max(len(t) for t in tables)
+        slots = []
+        for table, start, n in zip(tables, starts, counts):
+            slots += slots_of(table, start, n, bs) + [0] * (width - n)
+        metas.append(PagedAttentionMetadata(
+            block_tables=input_array([t + [0] * (max_blocks - len(t)) for t in tables]),
+            context_lens=input_array([s + n for s, n in zip(starts, counts)]),
+            offsets=input_array(starts),
+            slot_mapping=split_slots(slots, bs),
+            num_query_tokens=width,
+            # Prefill only: a start forward (one token per row) attends like a decode step.
+            prefill_rows=tuple(prefill_row(*row, bs) for row in zip(tables, starts, counts))
+            if width > 1
+            else (),
+        ))  # fmt: skip
+    return metas
+
+
+def decode_metadata(
+    tables: list, lens: np.ndarray, slots: list, block_size: int, rope_in_attention: bool = False
+) -> list[PagedAttentionMetadata]:
+    """Per group, the metadata of decode rows (one query each, at `lens - 1`) from that group's
+    `tables[g]` and `slots[g]`."""
+    return [
+        PagedAttentionMetadata(
+            block_tables=input_array(t),
+            context_lens=input_array(lens),
+            offsets=input_array(lens - 1),
+            slot_mapping=split_slots(s, block_size),
+            num_query_tokens=1,
+            rope_in_attention=rope_in_attention,
+        )
+        for t, s in zip(tables, slots)
+    ]
+
+
+def mixed_metadata(kv, decode: list[PagedAttentionMetadata], lens, slots, prefill):
+    """Per group, the metadata of a decode forward that also runs `prefill` chunks `(request,
+    tokens)`: each chunk token a row of one token after the decode rows, at its own position
+    and slot; `decode_rows` keeps the decode rows' own metadata. Also the chunk tokens' ids."""
+    ids, positions = [], []
+    for r, n in prefill:
+        start = r.num_computed_tokens - n
+        ids += r.all_token_ids[start : start + n]
+        positions += range(start, start + n)
+    offsets = input_array(np.concatenate([lens - 1, np.asarray(positions, np.int32)]))
+    metas = []
+    for g, (meta, group_slots) in enumerate(zip(decode, slots)):
+        chunk_slots, rows = [], []
+        for r, n in prefill:
+            start, table = r.num_computed_tokens - n, kv.get_block_ids(r, g)
+            chunk_slots += slots_of(table, start, n, kv.block_size)
+            rows.append(prefill_row(table, start, n, kv.block_size))
+        metas.append(dataclasses.replace(
+            meta,
+            offsets=offsets,
+            slot_mapping=split_slots(np.concatenate([group_slots, chunk_slots]), kv.block_size),
+            prefill_rows=tuple(rows),
+            decode_rows=meta,
+        ))  # fmt: skip
+    return metas, ids
