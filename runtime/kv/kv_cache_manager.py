@@ -11,6 +11,7 @@ from typing import Protocol
 
 from mlx_paged.kv.block_pool import BlockPool
 from mlx_paged.kv.kv_cache_utils import BlockHash, KVCacheBlock, hash_request_blocks
+from mlx_paged.kv.prefix_hits import first_visible_block, group_key, longest_hit
 from mlx_paged.kv.state_slots import StateSlots
 
 
@@ -73,53 +74,19 @@ class KVCacheManager:
         return hashes
 
     def get_computed_blocks(self, request: PagedRequest) -> tuple[list[list[KVCacheBlock]], int]:
-        """Longest prefix of the request whose blocks are cached in every group (a window group
-        only needs the blocks its window sees from there) and, on a hybrid, where a state
-        snapshot was kept. The hit stops short of the last token, which must be computed to get
-        logits.
+        """Longest cached prefix of the request (`prefix_hits.longest_hit`), short of its last
+        token, which must be computed to get logits.
 
         Returns:
             (per group the hit blocks, the null block where a window needs none; tokens held).
         """
-        none = [[] for _ in self.group_windows]
         if not self.enable_caching:
-            return none, 0
+            return [[] for _ in self.group_windows], 0
         max_blocks = (len(request.all_token_ids) - 1) // self.block_size
         hashes = self._block_hashes(request)[:max_blocks]
-        full = []
-        for block_hash in hashes:
-            block = self.block_pool.get_cached_block(block_hash)
-            if block is None:
-                break
-            full.append(block)
-        for n in range(len(full), 0, -1):
-            hits = self._hits_at(hashes, full, n)
-            if hits is not None:
-                return hits, n * self.block_size
-        return none, 0
-
-    def _hits_at(self, hashes, full: list[KVCacheBlock], n: int):
-        """Per group the blocks of a hit of `n` blocks, or None where a group or the state
-        snapshots cannot give it."""
-        if self.state_slots is not None and not self.state_slots.has_snapshot(hashes[n - 1]):
-            return None
-        hits = []
-        for g, window in enumerate(self.group_windows):
-            if g == 0:
-                hits.append(full[:n])
-                continue
-            first = self._first_visible(n * self.block_size, window)
-            blocks = [self.block_pool.get_cached_block((g, h)) for h in hashes[first:n]]
-            if any(b is None for b in blocks):
-                return None
-            hits.append([self.block_pool.null_block] * first + blocks)
-        return hits
-
-    def _first_visible(self, position: int, window: int | None) -> int:
-        """The first block a query at `position` or later can see through `window`."""
-        if window is None:
-            return 0
-        return max(position - window + 1, 0) // self.block_size
+        return longest_hit(
+            self.block_pool, hashes, self.group_windows, self.block_size, self.state_slots
+        )
 
     def num_blocks_needed(
         self,
@@ -213,9 +180,7 @@ class KVCacheManager:
         for g, blocks in enumerate(groups):
             for i in range(start, num_full):
                 if not blocks[i].is_null:
-                    self.block_pool.cache_full_block(
-                        blocks[i], hashes[i] if g == 0 else (g, hashes[i])
-                    )
+                    self.block_pool.cache_full_block(blocks[i], group_key(g, hashes[i]))
         self.num_cached_block[request.request_id] = num_full
 
     def _free_out_of_window(self, request, groups, num_computed: int) -> None:
@@ -226,7 +191,8 @@ class KVCacheManager:
         for g, window in enumerate(self.group_windows):
             if window is None:
                 continue
-            blocks, end = groups[g], min(self._first_visible(position, window), len(groups[g]))
+            first = first_visible_block(position, window, self.block_size)
+            blocks, end = groups[g], min(first, len(groups[g]))
             gone = blocks[freed[g] : end]
             self.block_pool.free_blocks(list(reversed(gone)))
             blocks[freed[g] : end] = [self.block_pool.null_block] * len(gone)
