@@ -1,0 +1,74 @@
+"""KV cache groups: how layers are grouped, and a window group's blocks: freed once no query
+can see them, still cached for prefix hits that need them."""
+
+from __future__ import annotations
+
+from test_block_manager import Req, free_ids
+
+from mlx_paged.kv.kv_cache_manager import KVCacheManager
+from mlx_paged.kv.kv_groups import KVCacheGroups, plan_groups
+
+
+def test_gemma3_like_layers_group_by_window_and_share_arrays_place_by_place():
+    windows = ([512] * 5 + [None]) * 2  # 10 window layers, 2 full ones
+    groups, why = plan_groups(windows, [(8, 128, 16)] * 12)
+    assert why is None
+    assert groups.windows == (None, 512, 512, 512, 512, 512)
+    assert groups.layer_group == (1, 1, 2, 2, 3, 0, 3, 4, 4, 5, 5, 0)
+    assert groups.layer_array == (0, 1, 0, 1, 0, 0, 1, 0, 1, 0, 1, 1)
+    assert groups.num_arrays == 2 and groups.array_layers == [0, 1]
+
+
+def test_one_group_without_windows_or_with_several_page_shapes():
+    assert plan_groups([None, None], [(2, 64, 4)] * 2) == (KVCacheGroups.single(2), None)
+    groups, why = plan_groups([512, None], [(2, 64, 4), (1, 128, 4)])
+    assert groups == KVCacheGroups.single(2) and "several shapes" in why
+
+
+def _decode(m: KVCacheManager, r: Req, token: int) -> None:
+    assert m.allocate_decode(r)
+    r.num_computed_tokens += 1
+    r.extra.append(token)
+
+
+def test_a_window_group_frees_what_its_window_left_and_keeps_it_cached():
+    m = KVCacheManager(num_blocks=24, block_size=4, group_windows=(None, 8))
+    a = Req("a", list(range(10)))
+    assert [b.block_id for b in m.allocate_slots(a, 10)] == [1, 2, 3, 4, 5, 6]
+    a.num_computed_tokens = 10
+    m.cache_blocks(a, 10)
+    # A query at 10 sees positions 3..10: the window group still needs its block 0.
+    assert m.get_block_ids(a, 0) == [1, 2, 3] and m.get_block_ids(a, 1) == [4, 5, 6]
+    for token in range(10, 20):
+        _decode(m, a, token)
+    # Blocks go at block boundaries: at 12 tokens block 0 (positions 0..3, out of the window
+    # of a query at 11 or later), at 16 block 1. They keep their hashes, at the queue's end.
+    assert m.get_block_ids(a, 0) == [1, 2, 3, 7, 9]
+    assert m.get_block_ids(a, 1) == [0, 0, 6, 8, 10]
+    assert free_ids(m.block_pool)[-2:] == [4, 5]
+    m.free(a, cache_computed=True)
+
+    # A prompt sharing 16 tokens hits every full block, and in the window group only the
+    # blocks a query at 16 sees (9..16: blocks 2 and 3), which are still cached.
+    b = Req("b", list(range(16)) + [99])
+    hits, n = m.get_computed_blocks(b)
+    assert n == 16
+    assert [h.block_id for h in hits[0]] == [1, 2, 3, 7]
+    assert [h.block_id for h in hits[1]] == [0, 0, 6, 8]
+    assert m.allocate_slots(b, 1, hits) is not None
+    assert m.get_block_ids(b, 1) == [0, 0, 6, 8, 12]  # 11 went to the full group
+
+
+def test_a_window_group_hit_needs_its_window_blocks():
+    m = KVCacheManager(num_blocks=24, block_size=4, group_windows=(None, 8))
+    a = Req("a", list(range(17)))
+    m.allocate_slots(a, 17)
+    a.num_computed_tokens = 17
+    m.cache_blocks(a, 17)
+    m.free(a)
+    assert m.get_computed_blocks(Req("b", list(range(17))))[1] == 16
+    # Without the window group's block 3 (evicted), no hit can end at 16; one ending at 12
+    # needs blocks 1 and 2 (a query at 12 sees 5..12), which are there.
+    hashes = m._block_hashes(Req("b", list(range(17))))
+    m.block_pool._evict(m.block_pool.get_cached_block((1, hashes[3])))  # as reuse would
+    assert m.get_computed_blocks(Req("c", list(range(17))))[1] == 12
