@@ -33,6 +33,7 @@ from .memory_models import (
     CONFIGS,
     KV_GROUP_SIZE,
     build_model,
+    kv_bytes_kept,
     kv_bytes_per_token,
     state_bytes_per_sequence,
 )
@@ -83,16 +84,24 @@ class Trace:
 
 
 def run_paged(
-    model_dir, jobs, budget, block_size, kv_bits: int = 16, family="llama", state_bytes=0
+    model_dir,
+    jobs,
+    budget,
+    block_size,
+    kv_bits: int = 16,
+    family="llama",
+    state_bytes=0,
+    kv_groups: bool = True,
 ) -> Trace:
     """The paged path on `budget` bytes: all pages on an attention-only model; pages and
-    state slots (at most half) on a hybrid, whose sequences also hold `state_bytes` each."""
+    state slots (at most half) on a hybrid, whose sequences also hold `state_bytes` each.
+    `kv_groups=False` keeps sliding-window layers' pages in the full-attention group."""
     from mlx_paged import LLM, SamplingParams
 
-    bytes_per_token = kv_bytes_per_token(family, kv_bits)
-    block_bytes = block_size * bytes_per_token
+    block_bytes = block_size * kv_bytes_per_token(family, kv_bits)
+    exact = family == "llama"  # else the engine sizes its own blocks (state slots, groups)
     pool_size = (
-        dict(kv_budget_bytes=budget) if state_bytes else dict(num_blocks=budget // block_bytes + 1)
+        dict(num_blocks=budget // block_bytes + 1) if exact else dict(kv_budget_bytes=budget)
     )
     llm = LLM(
         str(model_dir),
@@ -103,15 +112,18 @@ def run_paged(
         max_num_prefill_seqs=8,
         kv_bits=kv_bits,
         kv_group_size=KV_GROUP_SIZE,
+        kv_groups=kv_groups,
     )
     engine, trace = llm.engine, Trace()
     for prompt, n in jobs:
         engine.add_request(prompt, SamplingParams(max_tokens=n, ignore_eos=True))
     engine.drain_inbox()
     pool = engine.kv.block_pool
-    for _ in _steps(engine, jobs, f"paged path, {kv_bits}-bit pages"):
+    block_bytes = engine.runner.pool.nbytes // engine.runner.pool.num_blocks
+    name = f"paged path, {kv_bits}-bit pages" + ("" if kv_groups else ", one KV cache group")
+    for _ in _steps(engine, jobs, name):
         live = engine.scheduler.running + engine.scheduler.prefilling
-        used = sum(r.num_computed_tokens for r in live) * bytes_per_token
+        used = sum(kv_bytes_kept(family, r.num_computed_tokens, kv_bits) for r in live)
         # Live requests' state slots; snapshots are cache, like free blocks that keep a hash.
         states = len(live) * state_bytes
         trace.add(
@@ -123,7 +135,7 @@ def run_paged(
     return trace
 
 
-def run_contiguous(model_dir, jobs, cap, bytes_per_token, state_bytes=0) -> Trace:
+def run_contiguous(model_dir, jobs, cap, family, state_bytes=0) -> Trace:
     from mlx_paged import LLM, SamplingParams
 
     llm = LLM(str(model_dir), kv_paged=False, max_num_seqs=cap, max_num_prefill_seqs=min(cap, 8))
@@ -133,13 +145,14 @@ def run_contiguous(model_dir, jobs, cap, bytes_per_token, state_bytes=0) -> Trac
     engine.drain_inbox()
     for _ in _steps(engine, jobs, "contiguous path"):
         live = engine.scheduler.running + engine.scheduler.prefilling
-        used = sum(r.num_computed_tokens + len(r.output_token_ids) for r in live)
-        used = used * bytes_per_token + len(live) * state_bytes
+        used = sum(kv_bytes_kept(family, r.num_computed_tokens + len(r.output_token_ids))
+                   for r in live)  # fmt: skip
+        used += len(live) * state_bytes
         trace.add(len(engine.scheduler.running), engine.runner.kv_bytes_in_use, used)
     return trace
 
 
-def run_batch_generator(model_dir, jobs, cap, bytes_per_token, state_bytes=0) -> Trace:
+def run_batch_generator(model_dir, jobs, cap, family, state_bytes=0) -> Trace:
     from mlx_lm import load
     from mlx_lm.generate import BatchGenerator
 
@@ -160,7 +173,7 @@ def run_batch_generator(model_dir, jobs, cap, bytes_per_token, state_bytes=0) ->
             break
         bar.update(len(responses))
         batches = (gen._generation_batch, gen._prompt_batch)
-        used = sum(len(t) for b in batches for t in b.tokens) * bytes_per_token
+        used = sum(kv_bytes_kept(family, len(t)) for b in batches for t in b.tokens)
         used += sum(len(b.tokens) for b in batches) * state_bytes
         trace.add(len(gen._generation_batch), gen.prompt_cache_nbytes, used)
     gen.close()
@@ -215,11 +228,15 @@ def main(args) -> int:
             ).summary(budget, True)
             for bits in sorted(set(args.kv_bits) | {16}, reverse=True)
         }
-        results["contiguous"] = run_contiguous(
-            model_dir, jobs, args.cap, bytes_per_token, state
-        ).summary(budget, False)
+        if CONFIGS[family].get("sliding_window"):  # against windows that keep their pages
+            results["paged_one_group"] = run_paged(
+                model_dir, jobs, budget, args.block_size, 16, family, state, kv_groups=False
+            ).summary(budget, True)
+        results["contiguous"] = run_contiguous(model_dir, jobs, args.cap, family, state).summary(
+            budget, False
+        )
         results["mlx_lm_batch_generator"] = run_batch_generator(
-            model_dir, jobs, args.cap, bytes_per_token, state
+            model_dir, jobs, args.cap, family, state
         ).summary(budget, False)
     _print_results(results, args, budget)
     out = Path(args.out)

@@ -1,7 +1,8 @@
 """The small random models `bench memory` runs: a llama (2 layers x 4 KV heads x 64 dims,
-bfloat16) and a Qwen3.5-like hybrid (3 Gated DeltaNet layers and 1 full-attention layer of the
+bfloat16), a Qwen3.5-like hybrid (3 Gated DeltaNet layers and 1 full-attention layer of the
 same K/V shape, so a token's K/V is half the llama's while each sequence also keeps about 390
-tokens' worth of recurrent state). Their weights do not change memory behaviour."""
+tokens' worth of recurrent state) and a Gemma-3-like model (5 sliding-window layers of 128
+tokens to 1 full-attention layer). Their weights do not change memory behaviour."""
 
 from __future__ import annotations
 
@@ -34,6 +35,16 @@ CONFIGS = {
         "rms_norm_eps": 1e-6,
         **_ATTENTION,
     },
+}
+CONFIGS["gemma3"] = {
+    "model_type": "gemma3_text",
+    "num_hidden_layers": 6,
+    "sliding_window": 128,
+    "sliding_window_pattern": 6,
+    "query_pre_attn_scalar": 64,
+    "rope_local_base_freq": 10000.0,
+    "rms_norm_eps": 1e-6,
+    **_ATTENTION,
 }
 KV_GROUP_SIZE = 64
 
@@ -78,6 +89,19 @@ def kv_bytes_per_token(family: str = "llama", kv_bits: int = 16) -> int:
     per_layer = layer_bytes(heads, dim, mx.bfloat16, kv_bits, kv_bits, KV_GROUP_SIZE)
     interval = config.get("full_attention_interval", 1)
     return config["num_hidden_layers"] // interval * per_layer
+
+
+def kv_bytes_kept(family: str, num_tokens: int, kv_bits: int = 16) -> int:
+    """KV bytes a sequence of `num_tokens` needs: every token in full-attention layers, the
+    last `sliding_window` in sliding-window layers."""
+    config = CONFIGS[family]
+    per_layer = kv_bytes_per_token(family, kv_bits) // config["num_hidden_layers"]
+    window = config.get("sliding_window")
+    if window is None:
+        return num_tokens * kv_bytes_per_token(family, kv_bits)
+    full = config["num_hidden_layers"] // config["sliding_window_pattern"]
+    sliding = config["num_hidden_layers"] - full
+    return per_layer * (full * num_tokens + sliding * min(num_tokens, window))
 
 
 def state_bytes_per_sequence(model_dir: Path) -> int:

@@ -80,3 +80,35 @@ Results: `bench/results/cpu-memory-density-qwen3_5.json` (CPU).
 
 {memory_table(run, {"paged": f"paged (block {run['block_size']}) + state slots"})}
 """
+
+
+def window_memory(run: dict) -> str:
+    model = run["model"]
+    window, layers = model["sliding_window"], model["num_hidden_layers"]
+    full = layers // model["sliding_window_pattern"]
+    return f"""## KV memory density with sliding windows (Gemma-3-like)
+
+What: the same workload and measure as above on a random Gemma-3-like model ({layers - full}
+layers with a sliding window of {window} tokens, {full} full-attention; bfloat16). Budget
+{run["budget_tokens"]:,} tokens of every layer's K/V ({run["budget_bytes"] / 2**20:.0f} MiB).
+With KV cache groups (the default) the window layers' blocks go back to the pool once their
+window has passed them; "one group" keeps every layer's blocks for the whole sequence. A
+sequence needs every token in the full-attention layers and its last {window} in the others:
+that is its used memory, on every path.
+
+```bash
+mlx-paged bench memory --family gemma3 --requests 96
+```
+
+Results: `bench/results/cpu-memory-density-gemma3.json` (CPU).
+
+{
+        memory_table(
+            run,
+            {
+                "paged": f"paged (block {run['block_size']}), KV cache groups",
+                "paged_one_group": "paged, one group (windows keep their pages)",
+            },
+        )
+    }
+"""

@@ -77,9 +77,10 @@ def _add_memory(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--family",
-        choices=("llama", "qwen3_5"),
+        choices=("llama", "qwen3_5", "gemma3"),
         default="llama",
-        help="the random model: a llama, or a Qwen3.5-like hybrid (recurrent state per sequence)",
+        help="the random model: a llama, a Qwen3.5-like hybrid (recurrent state per sequence) "
+        "or a Gemma-3-like model (sliding windows)",
     )
     p.add_argument("--out", default="bench/out/memory.json", help="JSON results file")
     p.set_defaults(run=_bench("memory"))

@@ -40,6 +40,8 @@ class EngineConfig:
         kv_bits: bits per K and V value in the pages (`--kv-bits`): 16 (the model's dtype),
             8 or 4 (quantized in groups of `kv_group_size`, paged path only); `kv_bits_k` /
             `kv_bits_v` set keys and values apart.
+        kv_groups: sliding-window layers in KV cache groups of their own, which free the
+            blocks their window left (paged path); False keeps every layer in one group.
     """
 
     kv_paged: bool = True
@@ -60,6 +62,7 @@ class EngineConfig:
     kv_bits_v: int | None = None
     kv_group_size: int = 64
     prefill_chunk_seconds: float | None = 0.5
+    kv_groups: bool = True
 
     @property
     def k_bits(self) -> int:

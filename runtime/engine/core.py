@@ -115,6 +115,7 @@ class Engine(EngineInbox, StepRecovery):
             fused_rope=config.fused_rope, max_num_tokens=config.max_num_seqs * self.max_model_len,
             k_bits=config.k_bits, v_bits=config.v_bits, kv_group_size=config.kv_group_size,
             max_live_requests=config.max_num_seqs + config.max_num_prefill_seqs,
+            kv_groups=config.kv_groups,
         )  # fmt: skip
 
     def _pool_tokens(self) -> int:

@@ -54,6 +54,8 @@ class LLM:
         chat_template: replaces the tokenizer's chat template.
         prefill_chunk_seconds: how long a step with prompt work may take (paged path): prompt
             chunks are sized to fit and shared among prompts; None turns it off.
+        kv_groups: sliding-window layers in KV cache groups of their own, which free the
+            blocks their window left (paged path); False keeps every layer in one group.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class LLM:
         kv_bits_v: int | None = None,
         kv_group_size: int = 64,
         prefill_chunk_seconds: float | None = 0.5,
+        kv_groups: bool = True,
     ):
         config = EngineConfig(
             kv_paged=kv_paged,
@@ -97,6 +100,7 @@ class LLM:
             kv_bits_v=kv_bits_v,
             kv_group_size=kv_group_size,
             prefill_chunk_seconds=prefill_chunk_seconds,
+            kv_groups=kv_groups,
         )
         self.model, self.tokenizer, self.model_id, model_config = load_model(model, chat_template)
         self.engine = Engine(self.model, self.tokenizer, config, model_config)

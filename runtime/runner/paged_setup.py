@@ -228,6 +228,7 @@ def build_paged_path(
     v_bits: int = 16,
     kv_group_size: int = 64,
     max_live_requests: int = 64,
+    kv_groups: bool = True,
 ) -> tuple[PagedRunner, KVCacheManager]:
     """Check the model, size the pool and return (runner, kv manager).
 
@@ -240,7 +241,8 @@ def build_paged_path(
     of `kv_group_size`, see `QuantizedKVPages`). A hybrid model's recurrent state takes
     `state_pool_slots(max_live_requests)` slots of the budget (one per running or prefilling
     request, as many again for prefix-cache snapshots), or what `STATE_BUDGET_SHARE` of it
-    holds, fewer: then admission waits for a slot.
+    holds, fewer: then admission waits for a slot. `kv_groups`: sliding-window layers get
+    KV cache groups of their own (`kv_groups.py`) where their page shapes allow.
     """
     check_model_supported(model_type)
     install_attention_hook()
@@ -253,6 +255,8 @@ def build_paged_path(
         check_kv_quantization(k_bits, v_bits, kv_group_size, head_dim)  # fmt: skip
     windows = layout.plan.windows if layout.plan else [None] * layout.num_layers
     groups, single_why = plan_groups(windows, list(layout.shapes))
+    if not kv_groups:
+        groups, single_why = KVCacheGroups.single(layout.num_layers), "KV cache groups are off"
     block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size, groups)
     wanted = state_pool_slots(max_live_requests) if layout.state else 0
     num_blocks, num_slots = _pool_sizes(
