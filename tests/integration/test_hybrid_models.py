@@ -2,7 +2,8 @@
 beside attention layers), Gemma 4 like the 26B (global layers of another K/V shape, K = V)
 and the E2B (its last layers attend to K/V earlier layers cached), also inside its multimodal
 wrapper, gemma2 (attention scores soft-capped) and llama4 (attention in chunks), through
-adapters of their attention.
+adapters of their attention, and gemma3_text, whose sliding-window layers free their pages
+(KV cache groups).
 Greedy tokens equal mlx-lm's own single-sequence generation, a repeated request hits
 the prefix cache (attention blocks and a state snapshot) and still gives the same tokens, and so
 does a pool small enough to preempt."""
