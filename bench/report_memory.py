@@ -97,7 +97,7 @@ sequence needs every token in the full-attention layers and its last {window} in
 that is its used memory, on every path.
 
 ```bash
-mlx-paged bench memory --family gemma3 --requests 96
+mlx-paged bench memory --family gemma3 --requests 48 --budget-tokens 4096
 ```
 
 Results: `bench/results/cpu-memory-density-gemma3.json` (CPU).

@@ -76,61 +76,49 @@ def paged_scaled_dot_product_attention(
     """
     if cache is None and _active_pool is not None:  # a KV-shared layer (Gemma 4)
         cache = _shared_source(keys)
-    if isinstance(cache, PagedLayerCache):
-        meta = cache.metadata
-        window = mask.window if isinstance(mask, PagedMask) else None
-        softcap = mask.softcap if isinstance(mask, PagedMask) else None
-        chunk = mask.chunk if isinstance(mask, PagedMask) else None
-        if meta.rope_in_attention:
-            if softcap is not None or chunk is not None:
-                raise ValueError("soft-capped or chunked attention cannot be fused with RoPE")
-            return _decode_with_rope(queries, keys, values, cache, scale, window, sinks)
-        if meta.decode_rows is not None:
-            return _mixed(queries, keys, values, cache, scale, mask, sinks)
-        pool = cache.pool
-        phase = "decode" if meta.num_query_tokens == 1 else "prefill"
-        # Soft-capped scores (gemma2) and chunks (llama4) have no kernel nor MLX SDPA: the
-        # reference serves them.
-        plain = sinks is None and softcap is None and chunk is None
-        if phase == "decode" and pool.decode_backend is not None and plain:
-            pool.attention_calls["kernel", phase] += 1
-            return paged_attention_decode(
-                queries,
-                cache.k_pages,
-                cache.v_pages,
-                meta.block_tables,
-                meta.context_lens,
-                scale=scale,
-                window=window,
-                backend=pool.decode_backend,
-                counters=pool.counters,
-            )
-        if phase == "prefill" and plain and _own_kv_suffices(meta, window, sinks):
-            pool.attention_calls["causal", phase] += 1
-            if pool.prefill_shapes is not None:
-                return pool.prefill_shapes.attend_own(queries, keys, values, scale)
-            return mx.fast.scaled_dot_product_attention(
-                queries, keys, values, scale=scale, mask="causal"
-            )
-        if phase == "prefill" and plain and _causal_rows_suffice(meta, window, sinks):
-            pool.attention_calls["causal_rows", phase] += 1
-            return _causal_per_row(queries, cache, scale, pool)
-        pool.attention_calls["reference", phase] += 1
-        return paged_attention_reference(
-            queries,
-            cache.k_pages,
-            cache.v_pages,
-            meta.block_tables,
-            meta.context_lens,
-            meta.query_positions,
-            scale=scale,
-            window=window,
-            sinks=sinks,
-            softcap=softcap,
-            chunk=chunk,
+    if not isinstance(cache, PagedLayerCache):
+        _observe(cache, queries, keys, values, mask)
+        return _original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+    rules = mask if isinstance(mask, PagedMask) else PagedMask()
+    if cache.metadata.rope_in_attention:
+        if rules.softcap is not None or rules.chunk is not None:
+            raise ValueError("soft-capped or chunked attention cannot be fused with RoPE")
+        return _decode_with_rope(queries, keys, values, cache, scale, rules.window, sinks)
+    if cache.metadata.decode_rows is not None:
+        return _mixed(queries, keys, values, cache, scale, mask, sinks)
+    return _paged(queries, keys, values, cache, scale, rules, sinks)
+
+
+def _paged(queries, keys, values, cache, scale: float, rules: PagedMask, sinks) -> mx.array:
+    """A decode or prefill forward's attention over the pages, by the first path that computes
+    it exactly: the kernel, MLX's causal SDPA, or the reference."""
+    meta, pool, window = cache.metadata, cache.pool, rules.window
+    phase = "decode" if meta.num_query_tokens == 1 else "prefill"
+    # Soft-capped scores (gemma2) and chunks (llama4) have no kernel nor MLX SDPA: the
+    # reference serves them.
+    plain = sinks is None and rules.softcap is None and rules.chunk is None
+    if phase == "decode" and pool.decode_backend is not None and plain:
+        pool.attention_calls["kernel", phase] += 1
+        return paged_attention_decode(
+            queries, cache.k_pages, cache.v_pages, meta.block_tables, meta.context_lens,
+            scale=scale, window=window, backend=pool.decode_backend, counters=pool.counters,
+        )  # fmt: skip
+    if phase == "prefill" and plain and _own_kv_suffices(meta, window, sinks):
+        pool.attention_calls["causal", phase] += 1
+        if pool.prefill_shapes is not None:
+            return pool.prefill_shapes.attend_own(queries, keys, values, scale)
+        return mx.fast.scaled_dot_product_attention(
+            queries, keys, values, scale=scale, mask="causal"
         )
-    _observe(cache, queries, keys, values, mask)
-    return _original(queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks)
+    if phase == "prefill" and plain and _causal_rows_suffice(meta, window, sinks):
+        pool.attention_calls["causal_rows", phase] += 1
+        return _causal_per_row(queries, cache, scale, pool)
+    pool.attention_calls["reference", phase] += 1
+    return paged_attention_reference(
+        queries, cache.k_pages, cache.v_pages, meta.block_tables, meta.context_lens,
+        meta.query_positions, scale=scale, window=window, sinks=sinks, softcap=rules.softcap,
+        chunk=rules.chunk,
+    )  # fmt: skip
 
 
 def _shared_source(keys):

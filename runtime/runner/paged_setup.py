@@ -173,13 +173,19 @@ def _log_pool(
                            states.num_slots - 1, wanted_slots - 1)  # fmt: skip
 
 
-def _log_groups(groups: KVCacheGroups, single_why: str | None) -> None:
+def _kv_groups(layout: KVLayout, enabled: bool) -> KVCacheGroups:
+    """The model's KV cache groups (`plan_groups`; one group unless `enabled`), logged."""
+    windows = layout.plan.windows if layout.plan else [None] * layout.num_layers
+    groups, single_why = plan_groups(windows, list(layout.shapes))
+    if not enabled:
+        groups, single_why = KVCacheGroups.single(layout.num_layers), "KV cache groups are off"
     if groups.num_groups > 1:
         logger.info("KV cache groups: %s; a block holds one layer of each of %d page arrays, "
                     "and a sliding-window group frees the blocks its window left",
                     groups.describe(), groups.num_arrays)  # fmt: skip
-    elif single_why:
+    elif single_why and any(w is not None for w in windows):
         logger.info("sliding windows keep their pages: %s", single_why)
+    return groups
 
 
 def _pool_sizes(
@@ -253,10 +259,7 @@ def build_paged_path(
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
     for head_dim in {dim for _, dim, _ in layout.shapes}:
         check_kv_quantization(k_bits, v_bits, kv_group_size, head_dim)  # fmt: skip
-    windows = layout.plan.windows if layout.plan else [None] * layout.num_layers
-    groups, single_why = plan_groups(windows, list(layout.shapes))
-    if not kv_groups:
-        groups, single_why = KVCacheGroups.single(layout.num_layers), "KV cache groups are off"
+    groups = _kv_groups(layout, kv_groups)
     block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size, groups)
     wanted = state_pool_slots(max_live_requests) if layout.state else 0
     num_blocks, num_slots = _pool_sizes(
@@ -280,7 +283,6 @@ def build_paged_path(
     slots = StateSlots(num_slots, enable_prefix_caching) if num_slots else None
     kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching, slots, groups.windows)
     _log_pool(pool, block_bytes // block_size, enable_prefix_caching, states, wanted)
-    _log_groups(groups, single_why)
     compiled = compile_decode == "on" or (compile_decode == "auto" and bool(pool.decode_backend))
     return PagedRunner(model, pool, kv, compiled, layout.plan, states), kv
 
