@@ -1,0 +1,134 @@
+"""How a model's attention runs on pages: the decode kernel chosen per K/V shape (or the
+reference), compiled and warmed before serving; CUDA's bucketed prefill shapes; fused RoPE."""
+
+from __future__ import annotations
+
+import logging
+
+import mlx.core as mx
+
+from mlx_paged.kv.fused_rope_setup import enable_fused_rope
+from mlx_paged.kv.kv_layout import KVLayout
+from mlx_paged.kv.paged_cache import PagedKVPool
+from mlx_paged.kv.prefill_shapes import PrefillShapes
+
+logger = logging.getLogger(__name__)
+
+# Prefill shapes on CUDA come in steps of this many tokens (see `PagedKVPool.prefill_align`).
+CUDA_PREFILL_ALIGN = 64
+
+
+def select_decode_kernel(
+    layout: KVLayout,
+    block_size: int,
+    mode: str,
+    bits: tuple[int, int, int] = (16, 16, 0),
+    beyond_kernels: tuple[str, ...] = (),
+) -> str | None:
+    """The backend whose generated kernel will run decode attention, or None for the reference.
+
+    "auto" takes the kernel when MLX runs on a Metal/CUDA GPU and the model's shapes are ones
+    the kernels are generated for (else it logs why not); "kernel" raises instead. `bits`: K
+    bits, V bits and group size of the pages (below 16, the dequantizing SIMT kernels).
+    `beyond_kernels`: what the model's attention computes that no kernel does
+    (`adapt_attention`).
+    """
+    from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
+    from mlx_paged.kernels.paged_attention import current_backend
+
+    if mode == "reference":
+        return None
+    backend = current_backend()
+    try:
+        if backend is None:
+            raise UnsupportedSpecError(
+                f"MLX runs on {mx.default_device()}, and the paged "
+                f"decode kernels need a Metal or CUDA GPU"
+            )
+        if beyond_kernels:
+            raise UnsupportedSpecError(f"no kernel computes {' or '.join(beyond_kernels)}")
+        for shape in layout.by_shape():  # layers of another K/V shape need their own kernels
+            _check_kernel_shape(backend, shape, block_size, bits)
+    except UnsupportedSpecError as exc:
+        if mode == "kernel":
+            raise ValueError(f"--paged-attention kernel: {exc}") from exc
+        logger.info("paged decode attention: reference path (%s)", exc)
+        return None
+    return backend
+
+
+def _check_kernel_shape(backend: str, layout: KVLayout, block_size: int, bits) -> None:
+    """Raise `UnsupportedSpecError` unless the kernels serve this uniform layout."""
+    from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
+    from mlx_paged.kernels.paged_attention_routing import routed_specs
+
+    if layout.num_heads is None or layout.num_heads % layout.num_kv_heads:
+        raise UnsupportedSpecError("the model's query heads could not be matched to its KV heads")
+    if layout.query_dtype != layout.dtype:
+        raise UnsupportedSpecError(
+            f"queries are {layout.query_dtype} but the cache is {layout.dtype}"
+        )
+    gqa = layout.num_heads // layout.num_kv_heads
+    routed_specs(backend, layout.dtype, layout.head_dim, block_size, gqa, layout.sliding_window,
+                 bits=bits)  # fmt: skip
+
+
+def warm_up_kernels(
+    backend: str, layout: KVLayout, block_size: int, rope: bool, bits=(16, 16, 0)
+) -> None:
+    """Compile every decode kernel the model will call (the `decode_rope_*` ones too when decode
+    steps fuse RoPE; the dequantizing ones on pages of `bits`), logging each."""
+    from mlx_paged.kernels.paged_attention import warm_up
+    from mlx_paged.kernels.paged_attention_routing import routed_specs
+
+    windows = (False, True) if layout.sliding_window else (False,)
+    variants = [
+        (shape.head_dim, shape.num_heads // shape.num_kv_heads, w, r)
+        for shape in layout.by_shape()
+        for w in windows
+        for r in ((False, True) if rope else (False,))
+    ]
+    total = sum(
+        len(routed_specs(backend, layout.dtype, dim, block_size, gqa, w, r, bits))
+        for dim, gqa, w, r in variants
+    )
+    count = [0]
+
+    def progress(spec, seconds):
+        count[0] += 1
+        logger.info("compiled kernel %d/%d %s (%.1f s)", count[0], total, spec.name, seconds)
+
+    logger.info("paged decode attention: %s kernels; compiling %d specs", backend, total)
+    for dim, gqa, sliding, with_rope in variants:
+        warm_up(backend, layout.dtype, dim, block_size, gqa, sliding, progress,
+                rope=with_rope, bits=bits)  # fmt: skip
+
+
+def cuda_prefill_shapes(layout: KVLayout) -> PrefillShapes | None:
+    """Bucketed prefill attention where MLX's CUDA SDPA builds a graph per shape: half-precision
+    K/V (float32 takes MLX's own kernels) and one query head count for every layer."""
+    if layout.dtype not in (mx.float16, mx.bfloat16) or len(layout.by_shape()) > 1:
+        return None
+    return PrefillShapes(layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.dtype)
+
+
+def choose_attention_paths(
+    model,
+    layout: KVLayout,
+    pool: PagedKVPool,
+    paged_attention: str,
+    fused_rope: str,
+    bits,
+    beyond_kernels: tuple[str, ...],
+) -> None:
+    """Set the pool's decode backend (compiling and warming its kernels), CUDA's prefill
+    shapes and fused RoPE."""
+    pool.decode_backend = select_decode_kernel(
+        layout, pool.block_size, paged_attention, bits, beyond_kernels
+    )
+    if mx.default_device() == mx.gpu and mx.cuda.is_available():
+        pool.prefill_align = CUDA_PREFILL_ALIGN
+        pool.prefill_shapes = cuda_prefill_shapes(layout)
+    rope = enable_fused_rope(model, layout, pool, fused_rope)
+    if pool.decode_backend is not None:
+        warm_up_kernels(pool.decode_backend, layout, pool.block_size, rope, bits)
