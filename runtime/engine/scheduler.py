@@ -42,6 +42,10 @@ class KVSpace(Protocol):
     def allocate_decode(self, request: Request) -> bool:
         """Room for one more token at position `num_computed_tokens`; False if the pool is dry."""
 
+    def allocate_chunk(self, request: Request, num_tokens: int) -> bool:
+        """Room for a prefilling request's next `num_tokens` where blocks are taken chunk by
+        chunk (sliding-window groups); False if the pool is dry (nothing taken)."""
+
     def free(self, request: Request, cache_computed: bool = False) -> None:
         """Release the request's blocks (finished, aborted or preempted); `cache_computed`
         keeps a decoding request's computed blocks findable by the prefix cache."""
@@ -202,19 +206,40 @@ class Scheduler:
         if self.step_token_budget is not None:
             paced = max(self.step_token_budget - rows, MIN_TOKENS)
             out.prefill = self._shared_chunks(paced if budget is None else min(budget, paced))
-            return out
+        else:
+            out.prefill = self._budget_chunks(budget)
+        self._unstarve(out)
+        return out
+
+    def _unstarve(self, out: PromptSchedule) -> None:
+        """With nothing decoding and no chunk placed, prompts hold the pool while they wait for
+        window blocks (`allocate_chunk`): the youngest goes back to the queue, freeing its."""
+        if out.prefill or out.starting or self.running or len(self.prefilling) < 2:
+            return
+        if any(self._chunk_want(r) >= 1 for r in self.prefilling):
+            victim = self.prefilling[-1]
+            self.requeue([victim])
+            if victim in out.joining:  # admitted this step: it never reaches the runner
+                out.joining.remove(victim)
+
+    def _budget_chunks(self, budget: int | None) -> list[tuple[Request, int]]:
+        """Whole chunks in arrival order, within `budget` tokens (None: no budget)."""
+        chunks = []
         for req in self.prefilling:
             n = self._chunk_want(req)
             if n < 1:  # only its last token left: it starts with the next step's decode
                 continue
             if budget is not None:
-                n = self._cut_to_budget(req.num_computed_tokens, n, budget, not out.prefill)
+                n = self._cut_to_budget(req.num_computed_tokens, n, budget, not chunks)
                 if n < 1:
                     break  # the step is full: the rest wait for the next one, in order
+            if not self._chunk_fits(req, n):
+                continue
+            if budget is not None:
                 budget -= n
             req.num_computed_tokens += n
-            out.prefill.append((req, n))
-        return out
+            chunks.append((req, n))
+        return chunks
 
     def _chunk_want(self, req: Request) -> int:
         # The last prompt token is kept back: it starts the request (see start_in_decode).
@@ -240,10 +265,13 @@ class Scheduler:
         for (req, n), grant in zip(wants, grants):
             if grant < n:
                 grant = self._cut_to_budget(req.num_computed_tokens, n, grant, not out)
-            if grant >= 1:
+            if grant >= 1 and self._chunk_fits(req, grant):
                 req.num_computed_tokens += grant
                 out.append((req, grant))
         return out
+
+    def _chunk_fits(self, req: Request, n: int) -> bool:
+        return self.kv is None or self.kv.allocate_chunk(req, n)
 
     def schedule_starting(self) -> list[Request]:
         """Requests whose prompt is computed but for its last token join the running batch

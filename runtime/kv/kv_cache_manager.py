@@ -93,14 +93,16 @@ class KVCacheManager:
         request: PagedRequest,
         num_new_tokens: int,
         new_computed_blocks: Sequence[Sequence[KVCacheBlock]] = (),
+        window_tokens: int | None = None,
     ) -> int:
         """New blocks `allocate_slots` would take from the free queue for this request."""
         held = self.req_to_blocks.get(request.request_id)
         hits = list(new_computed_blocks) or [[] for _ in self.group_windows]
-        num_hit = len(hits[0]) * self.block_size
-        blocks = cdiv(request.num_computed_tokens + num_hit + num_new_tokens, self.block_size)
+        start = request.num_computed_tokens + len(hits[0]) * self.block_size
         needed = 0
         for g, group_hits in enumerate(hits):
+            new = num_new_tokens if g == 0 or window_tokens is None else window_tokens
+            blocks = cdiv(start + new, self.block_size)
             have = len(held[g]) if held else 0
             # Reviving a free cached block takes it off the free queue too.
             revived = sum(1 for b in group_hits if b.ref_cnt == 0 and not b.is_null)
@@ -113,8 +115,9 @@ class KVCacheManager:
         num_new_tokens: int,
         new_computed_blocks: Sequence[Sequence[KVCacheBlock]] = (),
         num_reserved_blocks: int = 0,
+        window_tokens: int | None = None,
     ) -> bool:
-        needed = self.num_blocks_needed(request, num_new_tokens, new_computed_blocks)
+        needed = self.num_blocks_needed(request, num_new_tokens, new_computed_blocks, window_tokens)
         return needed + num_reserved_blocks <= self.block_pool.num_free_blocks
 
     def allocate_slots(
@@ -122,6 +125,7 @@ class KVCacheManager:
         request: PagedRequest,
         num_new_tokens: int,
         new_computed_blocks: Sequence[Sequence[KVCacheBlock]] = (),
+        window_tokens: int | None = None,
     ) -> list[KVCacheBlock] | None:
         """Give the request room for `num_new_tokens` more tokens after its computed ones.
 
@@ -129,6 +133,8 @@ class KVCacheManager:
             request: the request; `num_computed_tokens` excludes `new_computed_blocks`.
             num_new_tokens: tokens to compute this step.
             new_computed_blocks: prefix-cache hits from `get_computed_blocks` (first call only).
+            window_tokens: the window groups' room, if not `num_new_tokens` (a prompt's
+                window blocks are taken chunk by chunk: `allocate_chunk`).
 
         Returns:
             The newly allocated blocks, group after group, or None when the pool cannot hold
@@ -136,7 +142,7 @@ class KVCacheManager:
         """
         if num_new_tokens < 1:
             raise ValueError("num_new_tokens must be >= 1")
-        if not self.can_allocate(request, num_new_tokens, new_computed_blocks):
+        if not self.can_allocate(request, num_new_tokens, new_computed_blocks, 0, window_tokens):
             return None
         groups = self._groups(request)
         hits = list(new_computed_blocks)
@@ -145,10 +151,12 @@ class KVCacheManager:
                 self.block_pool.touch(group_hits)
                 blocks.extend(group_hits)
             self.num_cached_block[request.request_id] = len(hits[0])
-        num_hit = len(hits[0]) * self.block_size if hits else 0
-        num_tokens = request.num_computed_tokens + num_hit + num_new_tokens
+        start = request.num_computed_tokens + (len(hits[0]) * self.block_size if hits else 0)
         new_blocks = []
-        for blocks in groups:
+        for g, blocks in enumerate(groups):
+            num_tokens = start + (
+                num_new_tokens if g == 0 or window_tokens is None else window_tokens
+            )
             new = self.block_pool.get_new_blocks(
                 max(cdiv(num_tokens, self.block_size) - len(blocks), 0)
             )
@@ -225,9 +233,10 @@ class KVCacheManager:
             return False
         hits, num_hit = self.get_computed_blocks(request)
         num_new = request.num_prefill_tokens - num_hit
-        if not self.can_allocate(request, num_new, hits, num_reserved_blocks=1):
+        # A window group's prompt blocks are taken chunk by chunk (`allocate_chunk`).
+        if not self.can_allocate(request, num_new, hits, num_reserved_blocks=1, window_tokens=0):
             return False
-        self.allocate_slots(request, num_new, hits)
+        self.allocate_slots(request, num_new, hits, window_tokens=0)
         if slots is not None:
             restore = (
                 self._block_hashes(request)[num_hit // self.block_size - 1] if num_hit else None
@@ -245,9 +254,25 @@ class KVCacheManager:
             self.cache_blocks(request, request.num_computed_tokens)
         groups = self.req_to_blocks.get(request.request_id)
         # Most steps: the token's slot is in a block the request holds, and nothing changes.
-        if groups and request.num_computed_tokens < len(groups[0]) * self.block_size:
+        if groups and request.num_computed_tokens < min(map(len, groups)) * self.block_size:
             return True
         return self.allocate_slots(request, 1) is not None
+
+    def allocate_chunk(self, request, num_tokens: int) -> bool:
+        """Room in the window groups for the prompt's next `num_tokens` (the full group holds
+        the whole prompt from admission), after freeing what their windows left; False if the
+        pool cannot hold them (nothing taken)."""
+        groups = self.req_to_blocks.get(request.request_id)
+        if groups is None or len(groups) == 1:
+            return True
+        self._free_out_of_window(request, groups, request.num_computed_tokens)
+        blocks = cdiv(request.num_computed_tokens + num_tokens, self.block_size)
+        wanted = [max(blocks - len(group), 0) for group in groups[1:]]
+        if sum(wanted) > self.block_pool.num_free_blocks:
+            return False
+        for group, n in zip(groups[1:], wanted):
+            group.extend(self.block_pool.get_new_blocks(n))
+        return True
 
     def save_state_snapshot(self, request: PagedRequest, num_tokens: int) -> int | None:
         """A slot for the request's state after its first `num_tokens` tokens (a multiple of

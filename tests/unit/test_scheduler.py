@@ -99,6 +99,9 @@ class AllowList:
     def allocate_decode(self, request):
         return True
 
+    def allocate_chunk(self, request, num_tokens):
+        return True
+
     def free(self, request, cache_computed=False):
         pass
 
