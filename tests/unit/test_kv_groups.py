@@ -72,3 +72,23 @@ def test_a_window_group_hit_needs_its_window_blocks():
     hashes = m._block_hashes(Req("b", list(range(17))))
     m.block_pool._evict(m.block_pool.get_cached_block((1, hashes[3])))  # as reuse would
     assert m.get_computed_blocks(Req("c", list(range(17))))[1] == 12
+
+
+def test_a_prompt_takes_window_blocks_chunk_by_chunk():
+    m = KVCacheManager(num_blocks=12, block_size=4, group_windows=(None, 8))
+    a = Req("a", list(range(20)))
+    # Admission: the full group holds the whole prompt, the window group nothing yet.
+    assert [b.block_id for b in m.allocate_slots(a, 20, window_tokens=0)] == [1, 2, 3, 4, 5]
+    assert m.get_block_ids(a, 1) == []
+    assert m.allocate_chunk(a, 8) and m.get_block_ids(a, 1) == [6, 7]
+    a.num_computed_tokens = 8
+    assert m.allocate_chunk(a, 8) and m.get_block_ids(a, 1) == [6, 7, 8, 9]
+    a.num_computed_tokens = 16
+    # A query at 16 sees 9..16: blocks 0 and 1 go back (to the queue's end) before block 4 is
+    # taken from its front.
+    assert m.allocate_chunk(a, 3) and m.get_block_ids(a, 1) == [0, 0, 8, 9, 10]
+    # A chunk the pool cannot hold takes nothing.
+    b = Req("b", list(range(100, 104)))
+    assert m.allocate_slots(b, 4, window_tokens=0) is not None
+    assert m.block_pool.num_free_blocks == 2
+    assert not m.allocate_chunk(b, 4 * 3) and m.get_block_ids(b, 1) == []
