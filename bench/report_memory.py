@@ -94,7 +94,10 @@ layers with a sliding window of {window} tokens, {full} full-attention; bfloat16
 With KV cache groups (the default) the window layers' blocks go back to the pool once their
 window has passed them; "one group" keeps every layer's blocks for the whole sequence. A
 sequence needs every token in the full-attention layers and its last {window} in the others:
-that is its used memory, on every path.
+that is its used memory, on every path. The paged paths' sequences at the budget are those
+decoding while requests wait; prompts being prefilled hold the rest of the pool (the full
+group takes a whole prompt at admission), which is why they run fewer than their allocation
+per sequence would allow, and fewer than the peers' estimate from theirs.
 
 ```bash
 mlx-paged bench memory --family gemma3 --requests 48 --budget-tokens 4096
