@@ -19,6 +19,15 @@ from mlx_paged.kv.attention_hook import paged_scaled_dot_product_attention
 from mlx_paged.kv.paged_cache import PagedLayerCache, PagedMask
 
 
+def _heads(attention, x):
+    """Queries, keys and values of `x` `(B, L, D)` as `(B, heads, L, head dim)`, as mlx-lm's
+    attention modules project them."""
+    b, length, _ = x.shape
+    split = [(attention.q_proj, attention.n_heads)] + [(p, attention.n_kv_heads)
+             for p in (attention.k_proj, attention.v_proj)]  # fmt: skip
+    return [proj(x).reshape(b, length, heads, -1).transpose(0, 2, 1, 3) for proj, heads in split]
+
+
 class SoftcapAttention(gemma2.Attention):
     """gemma2's attention, its scores attended through the attention hook."""
 
@@ -26,10 +35,7 @@ class SoftcapAttention(gemma2.Attention):
         if cache is None:
             return super().__call__(x, mask, cache)
         b, length, _ = x.shape
-        queries, keys, values = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        queries = queries.reshape(b, length, self.n_heads, -1).transpose(0, 2, 1, 3)
-        keys = keys.reshape(b, length, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
-        values = values.reshape(b, length, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
+        queries, keys, values = _heads(self, x)
         queries = self.rope(queries, offset=cache.offset)
         keys = self.rope(keys, offset=cache.offset)
         keys, values = cache.update_and_fetch(keys, values)
@@ -65,10 +71,7 @@ class ChunkedLlamaAttention(llama4.Attention):
         if not (self.attn_temperature_tuning and not self.use_rope) or isinstance(offset, int):
             return super().__call__(x, mask, cache)
         b, length, _ = x.shape
-        queries, keys, values = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        queries = queries.reshape(b, length, self.n_heads, -1).transpose(0, 2, 1, 3)
-        keys = keys.reshape(b, length, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
-        values = values.reshape(b, length, self.n_kv_heads, -1).transpose(0, 2, 1, 3)
+        queries, keys, values = _heads(self, x)
         positions = offset[:, None] + mx.arange(1, length + 1)
         scales = mx.log(mx.floor(positions / self.floor_scale) + 1.0) * self.attn_scale + 1.0
         queries = (queries * scales[:, None, :, None]).astype(queries.dtype)
