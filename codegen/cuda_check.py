@@ -35,6 +35,9 @@ _ARG_TYPES = {
     "partials": "float",
     "kv_pages": "uint32_t",  # quantized pages' rows
     "rows": "uint32_t",
+    "g": "float",  # the gated-delta recurrence's decay and state
+    "state": "float",
+    "state_out": "float",
 }
 
 

@@ -13,7 +13,8 @@ import tempfile
 
 import mlx.core as mx
 
-from . import quantize_rows
+from . import gated_delta, quantize_rows
+from .gated_delta import GatedDeltaSpec
 from .kernel_spec import KernelSpec
 from .paged_attention_geometry import build, define
 from .quantize_rows import QuantizeRowsSpec
@@ -64,13 +65,34 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
     return inputs, [(seqs, heads, 1, spec.head_dim)] + rotated[0], [dtype] + rotated[1]
 
 
+def _gated_delta_call(spec: GatedDeltaSpec) -> tuple[int, list, list, list]:
+    """(threads, inputs, output shapes, output dtypes) of a 4-token call of `spec`."""
+    dtype, seqs, steps = _DTYPES[spec.dtype], CAPTURE_SEQS, 4
+    qk = (seqs, steps, spec.key_heads, spec.key_dim)
+    state = (seqs, spec.value_heads, spec.value_dim, spec.key_dim)
+    inputs = [
+        mx.zeros(qk, dtype),
+        mx.zeros(qk, dtype),
+        mx.zeros((seqs, steps, spec.value_heads, spec.value_dim), dtype),
+        mx.zeros((seqs, steps, spec.value_heads), mx.float32),
+        mx.zeros((seqs, steps, spec.value_heads), dtype),
+        mx.zeros(state, mx.float32),
+    ]
+    shapes = [(seqs, steps, spec.value_heads, spec.value_dim), state]
+    return 32 * spec.rows_per_threadgroup, inputs, shapes, [dtype, mx.float32]
+
+
 def capture_metal_source(spec, kernel=None) -> str:
-    """The MSL MLX generates for `spec` (a Metal `KernelSpec` or `QuantizeRowsSpec`) on its
-    representative call; `kernel` replaces the spec's own kernel object (tests capture
-    deliberately broken bodies this way)."""
+    """The MSL MLX generates for `spec` (a Metal `KernelSpec`, `QuantizeRowsSpec` or
+    `GatedDeltaSpec`) on its representative call; `kernel` replaces the spec's own kernel
+    object (tests capture deliberately broken bodies this way)."""
     if spec.backend != "metal":
         raise ValueError(f"{spec.name}: only Metal sources are captured this way")
-    if isinstance(spec, QuantizeRowsSpec):
+    if isinstance(spec, GatedDeltaSpec):
+        kernel = kernel if kernel is not None else gated_delta.build(spec)
+        threads, inputs, shapes, dtypes = _gated_delta_call(spec)
+        grid = (spec.value_dim * 32, CAPTURE_SEQS * spec.value_heads, 1)
+    elif isinstance(spec, QuantizeRowsSpec):
         kernel = kernel if kernel is not None else quantize_rows.build(spec)
         threads, inputs = (
             32,

@@ -65,19 +65,23 @@ def _render(args: argparse.Namespace) -> int:
     import dataclasses
 
     from mlx_paged.codegen.build import KernelRenderError
-    from mlx_paged.kernels import quantize_rows
+    from mlx_paged.kernels import gated_delta, quantize_rows
+    from mlx_paged.kernels.gated_delta import GatedDeltaSpec
     from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
     from mlx_paged.kernels.paged_attention_geometry import define
     from mlx_paged.kernels.quantize_rows import QuantizeRowsSpec
 
     try:
-        if args.spec.startswith("quantize_rows_"):  # the quantized pages' write kernel
-            spec = QuantizeRowsSpec.parse(args.spec)
+        # Besides the decode kernels: the quantized pages' write kernel and the recurrence.
+        if args.spec.startswith("quantize_rows_"):
+            spec, make = QuantizeRowsSpec.parse(args.spec), quantize_rows.define
+        elif args.spec.startswith("gated_delta_"):
+            spec, make = GatedDeltaSpec.parse(args.spec), gated_delta.define
         else:
-            spec = KernelSpec.parse(args.spec)
+            spec, make = KernelSpec.parse(args.spec), define
         if args.backend:
             spec = dataclasses.replace(spec, backend=args.backend)
-        defn = quantize_rows.define(spec) if isinstance(spec, QuantizeRowsSpec) else define(spec)
+        defn = make(spec)
     except (UnsupportedSpecError, KernelRenderError) as exc:
         print(f"mlx-paged kernels render: {exc}", file=sys.stderr)
         return 2

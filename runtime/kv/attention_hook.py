@@ -26,7 +26,7 @@ from mlx_paged.kv.paged_cache import PagedLayerCache, PagedMask
 from mlx_paged.kv.row_attention import causal_row, chunk_rows_attention, row_shapes
 
 _original = base.scaled_dot_product_attention
-# The pool of the forward running now (`set_active_pool`), for KV-shared layers.
+# The pool of the forward running now (`forward_on`), for KV-shared layers.
 _active_pool = None
 
 # Families whose attention does not go through base.scaled_dot_product_attention on the K/V the
@@ -142,6 +142,11 @@ def forward_on(pool):
     finally:
         _active_pool = None
         pool.fetched.clear()
+
+
+def active_pool():
+    """The pool of the paged forward running now (`forward_on`), or None outside one."""
+    return _active_pool
 
 
 def _observe(cache, queries, keys, values, mask) -> None:

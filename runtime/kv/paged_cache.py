@@ -121,6 +121,8 @@ class PagedKVPool:
         self.k_bits, self.v_bits, self.group_size = k_bits, v_bits, group_size
         # Set by the paged setup: "metal"/"cuda" when decode runs the generated kernel.
         self.decode_backend: str | None = None
+        # Set by the paged setup: "metal"/"cuda" when recurrences run `kernels/gated_delta`.
+        self.recurrence_backend: str | None = None
         # Prefill widths and chunk ends are rounded up to multiples of this, so attention
         # shapes repeat: MLX's CUDA SDPA builds a cuDNN graph (~70 ms) per new shape. 1: off.
         self.prefill_align = 1

@@ -121,11 +121,14 @@ def choose_attention_paths(
     bits,
     beyond_kernels: tuple[str, ...],
 ) -> None:
-    """Set the pool's decode backend (compiling and warming its kernels), CUDA's prefill
-    shapes and fused RoPE."""
+    """Set the pool's decode backend (compiling and warming its kernels), its recurrence
+    backend (`recurrence_hook`), CUDA's prefill shapes and fused RoPE."""
+    from mlx_paged.kernels.paged_attention import current_backend
+
     pool.decode_backend = select_decode_kernel(
         layout, pool.block_size, paged_attention, bits, beyond_kernels
     )
+    pool.recurrence_backend = current_backend() if paged_attention != "reference" else None
     if mx.default_device() == mx.gpu and mx.cuda.is_available():
         pool.prefill_align = CUDA_PREFILL_ALIGN
         pool.prefill_shapes = cuda_prefill_shapes(layout)

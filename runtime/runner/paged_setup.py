@@ -14,6 +14,7 @@ from mlx_paged.kv.kv_cache_manager import KVCacheManager
 from mlx_paged.kv.kv_groups import KVCacheGroups, plan_groups
 from mlx_paged.kv.kv_layout import KVLayout, probe_kv_layout
 from mlx_paged.kv.paged_cache import PagedKVPool
+from mlx_paged.kv.recurrence_hook import install_recurrence_hook
 from mlx_paged.kv.state_pool import StatePool, slot_bytes
 from mlx_paged.kv.state_slots import StateSlots
 from mlx_paged.models.weight_views import cache_weight_views
@@ -154,6 +155,7 @@ def build_paged_path(
     """
     check_model_supported(model_type)
     install_attention_hook()
+    install_recurrence_hook()
     beyond_kernels = tuple(adapt_attention(model))
     if beyond_kernels and fused_rope == "on":
         raise ValueError(f"fused RoPE cannot compute {beyond_kernels[0]}: use --fused-rope off")

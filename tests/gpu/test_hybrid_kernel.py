@@ -1,6 +1,7 @@
 """Hybrid models on the GPU: a Qwen3.5-like and a Nemotron-H-like model decode through the
-kernel in compiled steps (state slots gathered and scattered inside the trace) and give
-mlx-lm's own single-sequence greedy tokens, as the reference path does."""
+kernel in compiled steps (state slots gathered and scattered inside the trace), the Qwen3.5
+recurrences on the generated gated-delta kernel, and give mlx-lm's own single-sequence greedy
+tokens, as the reference path does."""
 
 from __future__ import annotations
 
@@ -21,9 +22,16 @@ MAX_TOKENS = 24
 @pytest.mark.parametrize("model_type", ["qwen3_5", "nemotron_h"])
 def test_hybrid_kernel_steps_give_mlx_lm_tokens(tmp_path, model_type):
     # head_dim 64 with 4 query / 2 KV heads: a spec the kernels serve; float32 keeps ties away.
-    folder = build_model(
-        tmp_path / model_type, model_type, head_dim=64, num_attention_heads=4, num_key_value_heads=2
+    # The Gated DeltaNet layers at sizes the recurrence kernel serves, 2 value heads a key head.
+    linear = (
+        dict(linear_key_head_dim=64, linear_value_head_dim=32, linear_num_value_heads=4)
+        if model_type == "qwen3_5"
+        else {}
     )
+    folder = build_model(
+        tmp_path / model_type, model_type, head_dim=64, num_attention_heads=4,
+        num_key_value_heads=2, **linear,
+    )  # fmt: skip
     model, _ = load(str(folder))
     expected = [
         [int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(MAX_TOKENS))]
@@ -37,3 +45,7 @@ def test_hybrid_kernel_steps_give_mlx_lm_tokens(tmp_path, model_type):
             assert [r.token_ids for r in llm.generate(PROMPTS, params)] == expected, mode
         calls = llm.engine.runner.pool.attention_calls
         assert (calls.get(("kernel", "decode"), 0) > 0) == (mode == "kernel")
+        if model_type == "qwen3_5":  # its recurrences ran the kernel, in either phase
+            for phase in ("decode", "prefill"):
+                ran = calls.get(("gated_delta_kernel", phase), 0) > 0
+                assert ran == (mode == "kernel"), (mode, phase)

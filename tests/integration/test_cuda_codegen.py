@@ -9,7 +9,9 @@ import mlx.core as mx
 import pytest
 
 from mlx_paged.codegen.build import KernelDefinition
+from mlx_paged.kernels import gated_delta
 from mlx_paged.kernels.catalog import all_specs, quantized_specs, representative_specs
+from mlx_paged.kernels.gated_delta import gated_delta_specs
 from mlx_paged.kernels.kernel_spec import KernelSpec
 from mlx_paged.kernels.paged_attention_geometry import define
 from mlx_paged.kernels.paged_attention_routing import routed_specs
@@ -51,6 +53,18 @@ def test_quantized_cuda_kernels_compile_without_spilling():
     unit = wrap(define(quantized_specs("cuda")[2]))  # K 8-bit, V 4-bit
     assert "const uint32_t* kv_pages" in unit and "const uint32_t* v_pages" in unit
     assert "const T* k_scales" in unit and "using T = float;" in unit  # fp32 scales
+
+
+def test_gated_delta_cuda_kernels_compile_without_spilling():
+    for spec in gated_delta_specs("cuda"):
+        report = check_cuda_source(gated_delta.define(spec))
+        assert report.spill_bytes == 0 and 0 < report.registers <= 255, (spec.name, report)
+    unit = wrap(gated_delta.define(gated_delta_specs("cuda")[0]))
+    assert (
+        "const float* g," in unit
+        and "float* state_out" in unit
+        and "const __nv_bfloat16* beta," in unit
+    )
 
 
 def test_signature_is_mlx_shaped():
@@ -110,3 +124,18 @@ def test_cli_renders_the_quantize_kernel_on_either_backend(capsys):
     assert "not a quantized page layout" in capsys.readouterr().err
     assert main(["kernels", "render", "quantize_rows_cuda_bf16"]) == 2
     assert "not a quantize kernel name" in capsys.readouterr().err
+
+
+def test_cli_renders_the_recurrence_kernel_on_either_backend(capsys):
+    from mlx_paged.cli.main import main
+
+    name = "gated_delta_cuda_bf16_hk16_hv32_dk128_dv128"
+    assert main(["kernels", "render", name, "--check"]) == 0
+    out, err = capsys.readouterr()
+    assert f"__global__ void {name}(" in out and "NVRTC compile check passed (" in err
+    assert main(["kernels", "render", name, "--backend", "metal", "--check"]) == 0
+    assert "clang compile check passed" in capsys.readouterr().err
+    assert main(["kernels", "render", "gated_delta_cuda_bf16_hk16_hv32_dk100_dv128"]) == 2
+    assert "key head size 100" in capsys.readouterr().err
+    assert main(["kernels", "render", "gated_delta_cuda_bf16_hk16"]) == 2
+    assert "not a gated-delta kernel name" in capsys.readouterr().err
