@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlx_paged.engine.outputs import CoreOutput, RequestOutput, TokenLogprob
+from mlx_paged.engine.window_detokenizer import streaming_detokenizer
 from mlx_paged.sampling.sampling_params import SamplingParams
 from mlx_paged.sampling.stop_strings import StopStringMatcher
 
@@ -26,7 +27,7 @@ class OutputProcessor:
 
     def add(self, request_id: str, params: SamplingParams) -> None:
         self._state[request_id] = _RequestText(
-            self.tokenizer.detokenizer, StopStringMatcher(params.stop)
+            streaming_detokenizer(self.tokenizer), StopStringMatcher(params.stop)
         )
 
     def drop(self, request_id: str) -> None:
