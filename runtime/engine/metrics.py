@@ -107,7 +107,8 @@ def _kv_metrics(out: _Exposition, engine) -> None:
     for path in paths:
         for phase in ("decode", "prefill"):
             out.add("mlx_paged_attention_calls_total", "counter",
-                    "Paged attention calls (one per layer per forward) by path and phase.",
+                    "Paged attention calls (one per layer per forward) by path and phase; "
+                    "gated_delta_kernel: recurrences on the generated kernel.",
                     calls[path, phase], f'{{path="{path}",phase="{phase}"}}')  # fmt: skip
 
 
