@@ -10,7 +10,7 @@ from mlx_paged.kernels.quantized_ring_rows import slot_row_stride
 
 BACKENDS = ("metal", "cuda")
 DTYPES = ("float16", "bfloat16", "float32")
-HEAD_DIMS = (64, 80, 96, 128, 256)
+HEAD_DIMS = (64, 80, 96, 128, 256, 512)
 BLOCK_SIZES = (8, 16, 32)
 GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
 TENSOR_CORE_HEAD_DIMS = (64, 128)  # the head sizes the H200 sweeps measured

@@ -86,3 +86,23 @@ def test_compiled_steps_replay_the_tensor_core_kernels_with_the_eager_tokens(tmp
     total = sum(len(x) for x in unfused)
     print(f"fused vs unfused RoPE: {same}/{total} tokens agree; first divergence {prefixes}")
     assert min(prefixes) >= 8 and same >= 0.9 * total
+
+
+def test_gemma4_global_layers_of_head_size_512_decode_on_the_kernel(tmp_path):
+    """Gemma 4's shapes: sliding layers at head size 64, global ones at 512 with K = V and one
+    KV head; every layer of every decode step runs the kernel, with the reference's tokens."""
+    folder = build_model(
+        tmp_path / "gemma4", "gemma4_text", head_dim=64, global_head_dim=512,
+        num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    params = SamplingParams(max_tokens=40, ignore_eos=True)
+    results = {}
+    for mode in ("kernel", "reference"):
+        llm = LLM(str(folder), block_size=16, num_blocks=64, paged_attention=mode,
+                  enable_prefix_caching=False)  # fmt: skip
+        tokens = [r.token_ids for r in llm.generate(PROMPTS, params)]
+        results[mode] = tokens, dict(llm.engine.runner.pool.attention_calls)
+    (kernel_tokens, kernel_calls), (reference_tokens, _) = results["kernel"], results["reference"]
+    assert kernel_tokens == reference_tokens and all(len(t) == 40 for t in kernel_tokens)
+    assert kernel_calls.get(("reference", "decode"), 0) == 0
+    assert kernel_calls.get(("kernel", "decode"), 0) >= 4 * 39  # 4 layers, 39 steps at least

@@ -39,11 +39,11 @@ def test_names_say_kernel_and_shape_and_parse_back():
 
 def test_the_catalog_is_the_routed_kernels_at_every_shape():
     metal, cuda = all_specs("metal"), all_specs("cuda")
-    # 3 SIMT kernels (and the RoPE forms of the two pass-1 ones) x 3 dtypes x 5 head sizes x
+    # 3 SIMT kernels (and the RoPE forms of the two pass-1 ones) x 3 dtypes x 6 head sizes x
     # 3 blocks x 8 groups x 2 window flags ...
-    assert len(metal) == (3 + 2) * 3 * 5 * 3 * 8 * 2
+    assert len(metal) == (3 + 2) * 3 * 6 * 3 * 8 * 2
     assert {s.kernel for s in metal} == {"decode_simt", "decode_simt_splitk", "decode_reduce"}
-    assert sum(s.rope for s in metal) == 2 * 3 * 5 * 3 * 8 * 2
+    assert sum(s.rope for s in metal) == 2 * 3 * 6 * 3 * 8 * 2
     # ... and on CUDA the tensor-core kernels (6 specs: the direct split-K at 3 lengths, each
     # with and without RoPE) at bf16/fp16, head_dim 64/128, blocks of 16/32.
     assert len(cuda) == len(metal) + 2 * 6 * 2 * 2 * 2 * 8 * 2
