@@ -8,15 +8,15 @@ work.
 
 from __future__ import annotations
 
-import json
 import platform
 import statistics
 import time
-from pathlib import Path
 
 import mlx.core as mx
 
 from mlx_paged.progress import Progress
+
+from .output import write_result
 
 QUESTIONS = [
     "What is the capital of France?",
@@ -121,22 +121,10 @@ def main(args) -> int:
             flush=True,
         )
     bar.close()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "model": paged.model_id,
-                "device": str(mx.default_device()),
-                "machine": platform.machine(),
-                "mlx": mx.__version__,
-                "repeats": args.repeats,
-                "statistic": "median",
-                "rows": rows,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"wrote {out}")
+    write_result(
+        {"model": paged.model_id, "device": str(mx.default_device()),
+         "machine": platform.machine(), "mlx": mx.__version__, "repeats": args.repeats,
+         "statistic": "median", "rows": rows},
+        args.out,
+    )  # fmt: skip
     return 0

@@ -115,12 +115,17 @@ def launch_plan(
         return LaunchPlan(
             spec.name, build(spec), grid, (tg, 1, 1), packed, True, counter_slots=groups, **shapes
         )
+    return _two_pass_plan(spec, grid, tg, (num_seqs, num_heads, num_partitions), shapes)
+
+
+def _two_pass_plan(spec: KernelSpec, grid, tg: int, rows: tuple, shapes: dict) -> LaunchPlan:
+    """Pass 1 writes fp32 partials per partition of `rows` (sequences, heads, partitions);
+    `decode_reduce` merges them."""
     reduce = dataclasses.replace(
         spec, kernel="decode_reduce", rope=False, k_bits=16, v_bits=16, group_size=0
     )
-    partials = ((num_seqs, num_heads, num_partitions, head_dim),) + 2 * (
-        (num_seqs, num_heads, num_partitions),
-    )
+    partials = ((*rows, spec.head_dim), rows, rows)
+    num_seqs, num_heads, _ = rows
     return LaunchPlan(
         spec.name, build(spec), grid, (tg, 1, 1), partials, False, reduce_kernel=build(reduce),
         reduce_grid=(num_heads * 32, num_seqs, 1), **shapes,

@@ -171,6 +171,17 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         default=4,
         help="fewest warm-up requests before each level (default 4; else its concurrency)",
     )
+    _add_serve_extras(p)
+    p.add_argument("--timeout", type=float, default=600, help="seconds per request")
+    p.add_argument("--start-timeout", type=float, default=600, help="seconds to start a server")
+    p.add_argument("--logs", default=None, help="folder for the servers' logs (default: temp)")
+    p.add_argument("--seed", type=int, default=0, help="seed of prompts and arrival times")
+    p.add_argument("--out", default="bench/out/serve.json", help="JSON results file (+ .png)")
+    p.set_defaults(run=_bench("serve"))
+
+
+def _add_serve_extras(p: argparse.ArgumentParser) -> None:
+    """`bench serve`'s extra measures: offline throughput, a long prompt among streams."""
     p.add_argument("--no-offline", action="store_true", help="skip the offline throughput")
     p.add_argument(
         "--long-prompt",
@@ -183,12 +194,6 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--long-prompt-stream-tokens", type=int, default=512, help="output tokens per stream"
     )
-    p.add_argument("--timeout", type=float, default=600, help="seconds per request")
-    p.add_argument("--start-timeout", type=float, default=600, help="seconds to start a server")
-    p.add_argument("--logs", default=None, help="folder for the servers' logs (default: temp)")
-    p.add_argument("--seed", type=int, default=0, help="seed of prompts and arrival times")
-    p.add_argument("--out", default="bench/out/serve.json", help="JSON results file (+ .png)")
-    p.set_defaults(run=_bench("serve"))
 
 
 def _add_prefill(sub: argparse._SubParsersAction) -> None:

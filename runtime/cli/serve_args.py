@@ -66,6 +66,9 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     """Add every `serve` flag to `p`."""
     _add_model_args(p)
     _add_kv_args(p)
+    _add_attention_args(p)
+    _add_quantization_args(p)
+    _add_step_args(p)
     _add_http_args(p)
 
 
@@ -152,6 +155,10 @@ def _add_kv_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="KV pool size in blocks (wins over --kv-budget)",
     )
+
+
+def _add_attention_args(p: argparse.ArgumentParser) -> None:
+    """How paged attention runs: kernels, compiled steps, fused RoPE."""
     p.add_argument(
         "--paged-attention",
         choices=["auto", "kernel", "reference"],
@@ -174,6 +181,10 @@ def _add_kv_args(p: argparse.ArgumentParser) -> None:
         "the GPU kernels for models whose RoPE it expresses; off (the default) measured no "
         "faster on the H200",
     )
+
+
+def _add_quantization_args(p: argparse.ArgumentParser) -> None:
+    """Quantized pages."""
     p.add_argument(
         "--kv-bits",
         type=int,
@@ -197,6 +208,10 @@ def _add_kv_args(p: argparse.ArgumentParser) -> None:
         default=64,
         help="values per scale and bias in quantized pages (default 64)",
     )
+
+
+def _add_step_args(p: argparse.ArgumentParser) -> None:
+    """The prefix cache and the size of a step's prompt work."""
     p.add_argument(
         "--no-prefix-caching",
         action="store_true",
