@@ -1,8 +1,9 @@
 """The small random models `bench memory` runs: a llama (2 layers x 4 KV heads x 64 dims,
 bfloat16), a Qwen3.5-like hybrid (3 Gated DeltaNet layers and 1 full-attention layer of the
 same K/V shape, so a token's K/V is half the llama's while each sequence also keeps about 390
-tokens' worth of recurrent state) and a Gemma-3-like model (5 sliding-window layers of 128
-tokens to 1 full-attention layer). Their weights do not change memory behaviour."""
+tokens' worth of recurrent state), a Gemma-3-like model (5 sliding-window layers of 128
+tokens to 1 full-attention layer) and a Gemma-4-like one (the same, its full-attention layer of
+another K/V shape). Their weights do not change memory behaviour."""
 
 from __future__ import annotations
 
@@ -46,6 +47,23 @@ CONFIGS["gemma3"] = {
     "rms_norm_eps": 1e-6,
     **_ATTENTION,
 }
+# Gemma-4-like: the global layer caches K/V of another shape than the window layers (one KV
+# head of 128, K = V: half a window layer's bytes a token).
+CONFIGS["gemma4"] = {
+    "model_type": "gemma4_text",
+    "num_hidden_layers": 6,
+    "sliding_window": 128,
+    "sliding_window_pattern": 6,
+    "global_head_dim": 128,
+    "num_global_key_value_heads": 1,
+    "attention_k_eq_v": True,
+    "num_kv_shared_layers": 0,
+    "hidden_size_per_layer_input": 0,
+    "vocab_size_per_layer_input": 512,
+    "use_double_wide_mlp": False,
+    "rms_norm_eps": 1e-6,
+    **_ATTENTION,
+}
 KV_GROUP_SIZE = 64
 
 
@@ -80,28 +98,40 @@ def build_model(out: Path, family: str = "llama") -> Path:
     return out
 
 
+def attention_layers(family: str) -> list[tuple[int, int, int | None]]:
+    """Per attention layer: KV heads, head size and sliding window (None: full attention)."""
+    config = CONFIGS[family]
+    heads, dim, layers = (
+        config["num_key_value_heads"],
+        config["head_dim"],
+        config["num_hidden_layers"],
+    )
+    if "full_attention_interval" in config:  # the hybrid: the others keep recurrent state
+        return [(heads, dim, None)] * (layers // config["full_attention_interval"])
+    pattern = config.get("sliding_window_pattern")
+    full = (config.get("num_global_key_value_heads") or heads, config.get("global_head_dim", dim))
+    return [
+        (*full, None) if pattern is None or (i + 1) % pattern == 0
+        else (heads, dim, config["sliding_window"])
+        for i in range(layers)
+    ]  # fmt: skip
+
+
 def kv_bytes_per_token(family: str = "llama", kv_bits: int = 16) -> int:
     """KV bytes one token of the model takes, K and V of every attention layer."""
-    from mlx_paged.kernels.quantized_pages import layer_bytes_per_token as layer_bytes
-
-    config = CONFIGS[family]
-    heads, dim = config["num_key_value_heads"], config["head_dim"]
-    per_layer = layer_bytes(heads, dim, mx.bfloat16, kv_bits, kv_bits, KV_GROUP_SIZE)
-    interval = config.get("full_attention_interval", 1)
-    return config["num_hidden_layers"] // interval * per_layer
+    return kv_bytes_kept(family, 1, kv_bits)
 
 
 def kv_bytes_kept(family: str, num_tokens: int, kv_bits: int = 16) -> int:
     """KV bytes a sequence of `num_tokens` needs: every token in full-attention layers, the
     last `sliding_window` in sliding-window layers."""
-    config = CONFIGS[family]
-    per_layer = kv_bytes_per_token(family, kv_bits) // config["num_hidden_layers"]
-    window = config.get("sliding_window")
-    if window is None:
-        return num_tokens * kv_bytes_per_token(family, kv_bits)
-    full = config["num_hidden_layers"] // config["sliding_window_pattern"]
-    sliding = config["num_hidden_layers"] - full
-    return per_layer * (full * num_tokens + sliding * min(num_tokens, window))
+    from mlx_paged.kernels.quantized_pages import layer_bytes_per_token as layer_bytes
+
+    return sum(
+        layer_bytes(heads, dim, mx.bfloat16, kv_bits, kv_bits, KV_GROUP_SIZE)
+        * (num_tokens if window is None else min(num_tokens, window))
+        for heads, dim, window in attention_layers(family)
+    )
 
 
 def state_bytes_per_sequence(model_dir: Path) -> int:

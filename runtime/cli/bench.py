@@ -77,10 +77,11 @@ def _add_memory(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--family",
-        choices=("llama", "qwen3_5", "gemma3"),
+        choices=("llama", "qwen3_5", "gemma3", "gemma4"),
         default="llama",
-        help="the random model: a llama, a Qwen3.5-like hybrid (recurrent state per sequence) "
-        "or a Gemma-3-like model (sliding windows)",
+        help="the random model: a llama, a Qwen3.5-like hybrid (recurrent state per sequence), "
+        "a Gemma-3-like model (sliding windows) or a Gemma-4-like one (sliding windows, its "
+        "full-attention layer of another K/V shape)",
     )
     p.add_argument("--out", default="bench/out/memory.json", help="JSON results file")
     p.set_defaults(run=_bench("memory"))
