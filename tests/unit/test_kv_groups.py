@@ -34,7 +34,7 @@ def test_gemma4_like_global_layers_keep_arrays_of_their_own_beside_the_shared_on
 def test_one_group_without_windows_or_where_no_array_would_be_shared():
     assert plan_groups([None, None], [(2, 64, 4)] * 2) == (KVCacheGroups.single(2), None)
     groups, why = plan_groups([512, None], [(2, 64, 4), (1, 128, 4)])
-    assert groups == KVCacheGroups.single(2) and "no two of its window layers" in why
+    assert groups == KVCacheGroups.single(2) and "no two groups would share" in why
 
 
 def _decode(m: KVCacheManager, r: Req, token: int) -> None:
