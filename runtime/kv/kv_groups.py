@@ -82,6 +82,6 @@ def plan_groups(windows: list[int | None], shapes: list) -> tuple[KVCacheGroups,
             layer_group[layer] = g
             layer_array[layer] = arrays.setdefault(key, len(arrays))
     if len(arrays) >= len(windows):
-        return single, "no two groups would share a page array (the layers at each place cache K/V of "
-                       "different shapes)"
+        why = "no two groups would share a page array (each place's layers differ in shape)"
+        return single, why
     return KVCacheGroups(group_windows, tuple(layer_group), tuple(layer_array)), None
