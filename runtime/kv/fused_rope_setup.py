@@ -42,9 +42,11 @@ def enable_fused_rope(model, layout: KVLayout, pool: PagedKVPool, mode: str) -> 
             raise ValueError("fused RoPE writes 16-bit pages; use --kv-bits 16 with it")
         logger.info("decode attention without fused RoPE: the pages are quantized")
         return False
-    if len(layout.by_shape()) > 1:
+    if len(layout.by_shape()) > 1 or layout.values_differ:
         if mode == "on":
-            raise ValueError("fused RoPE needs one K/V shape in every attention layer")
+            raise ValueError(
+                "fused RoPE needs one K/V shape in every attention layer, V heads of the K size"
+            )
         logger.info("decode attention without fused RoPE: layers cache K/V of several shapes")
         return False
     freqs = defer_rope(model, layout.head_dim)

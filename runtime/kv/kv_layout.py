@@ -1,11 +1,12 @@
 """What a model's attention looks like to the paged path, found by running it.
 
-The paged path can serve a model only when every attention layer caches K and V of one shape
-through `update_and_fetch` and then attends through mlx-lm's `scaled_dot_product_attention` to
-exactly the K and V the cache returned, with no mask array of its own: the attention hook reads
-the pages instead and builds its own mask. Layers that keep recurrent or convolution state
-(`ArraysCache`) get state slots; the probe records the arrays they keep. A probe forward (one
-token, then two) with recording caches checks that, and refuses anything else with the reason.
+The paged path can serve a model only when every attention layer caches its K and V (V heads
+may be of another size than K's) through `update_and_fetch` and then attends through mlx-lm's
+`scaled_dot_product_attention` to exactly the K and V the cache returned, with no mask array of
+its own: the attention hook reads the pages instead and builds its own mask. Layers that keep
+recurrent or convolution state (`ArraysCache`) get state slots; the probe records the arrays
+they keep. A probe forward (one token, then two) with recording caches checks that, and refuses
+anything else with the reason.
 """
 
 from __future__ import annotations
@@ -57,16 +58,25 @@ class KVLayout:
     plan: CachePlan | None = None  # the model's caches as attention and state slots
     # Per state layer, the (shape, dtype) of each array one request keeps.
     state: tuple = ()
-    # Per attention layer, (KV heads, head size, query heads); empty: every layer's is the one
-    # of `num_kv_heads`, `head_dim` and `num_heads` (those are then layer 0's).
+    # Per attention layer, (KV heads, K head size, query heads, V head size); empty: every
+    # layer's is the one of `num_kv_heads`, `head_dim`, `num_heads` and `value_head_dim` (those
+    # are then layer 0's).
     layer_shapes: tuple = ()
+    value_head_dim: int | None = None  # None: `head_dim`
 
     @property
     def shapes(self) -> tuple:
-        """Per attention layer, (KV heads, head size, query heads)."""
-        return self.layer_shapes or ((self.num_kv_heads, self.head_dim, self.num_heads),) * (
-            self.num_layers
+        """Per attention layer, (KV heads, K head size, query heads, V head size)."""
+        value_dim = self.value_head_dim or self.head_dim
+        return (
+            self.layer_shapes
+            or ((self.num_kv_heads, self.head_dim, self.num_heads, value_dim),) * self.num_layers
         )
+
+    @property
+    def values_differ(self) -> bool:
+        """Some layer's V head size is not its K head size (the decode kernels take equal ones)."""
+        return any(k != v for _, k, _, v in self.shapes)
 
     def by_shape(self) -> list[KVLayout]:
         """One uniform layout per distinct layer shape (the kernels are chosen per shape)."""
@@ -74,9 +84,10 @@ class KVLayout:
         if len(distinct) == 1:
             return [self]
         return [
-            replace(self, num_kv_heads=h, head_dim=d, num_heads=q, layer_shapes=())
-            for h, d, q in distinct
-        ]
+            replace(self, num_kv_heads=h, head_dim=d, num_heads=q, value_head_dim=v,
+                    layer_shapes=())
+            for h, d, q, v in distinct
+        ]  # fmt: skip
 
 
 def _probe(model, plan: CachePlan, num_tokens: int, windows: set):
@@ -126,17 +137,6 @@ def _check_attention_layer(i: int, cache: _ProbeCache) -> None:
         )
 
 
-def _describe_shapes(shapes: list[tuple[int, int, int]]) -> str:
-    """ "attention layers 0, 2: 2 KV heads x K 16 / V 16; ..." for each shape, in order."""
-    layers: dict = {}
-    for i, shape in enumerate(shapes):
-        layers.setdefault(shape, []).append(str(i))
-    return "; ".join(
-        f"attention layers {', '.join(ids)}: {h} KV heads x K {k} / V {v}"
-        for (h, k, v), ids in layers.items()
-    )
-
-
 def probe_kv_layout(model) -> KVLayout:
     """The K/V layout the model writes, and the arrays its state layers keep, seen on one- and
     two-token forwards.
@@ -152,15 +152,10 @@ def probe_kv_layout(model) -> KVLayout:
     caches, states = _probe(model, plan, 1, windows)
     seen = [c.fetched[0] for c in caches]
     shapes = [(k.shape[1], k.shape[3], v.shape[3]) for k, v in seen]
-    if any(k_dim != v_dim for _, k_dim, v_dim in shapes):
-        raise ValueError(
-            f"the paged KV path needs equal K and V head sizes, and this model's attention "
-            f"layers differ ({_describe_shapes(shapes)}): {_OFF}"
-        )
     q_dtypes = {c.attended[0][1] for c in caches}
     q_dtype = q_dtypes.pop() if len(q_dtypes) == 1 else None
-    layer_shapes = tuple((h, d, c.attended[0][0]) for (h, d, _), c in zip(shapes, caches))
-    heads, k_dim, num_heads = layer_shapes[0]
+    layer_shapes = tuple((h, k, c.attended[0][0], v) for (h, k, v), c in zip(shapes, caches))
+    heads, k_dim, num_heads, v_dim = layer_shapes[0]
     if len(set(layer_shapes)) == 1:
         layer_shapes = ()
     state = tuple(tuple((a.shape[1:], a.dtype) for a in s.cache) for s in states)
@@ -175,4 +170,5 @@ def probe_kv_layout(model) -> KVLayout:
         plan,
         state,
         layer_shapes,
+        v_dim,
     )

@@ -101,7 +101,7 @@ class PagedKVPool:
         k_bits: int = 16,
         v_bits: int = 16,
         group_size: int = 64,
-        layer_shapes: list[tuple[int, int]] | None = None,
+        layer_shapes: list[tuple[int, int, int]] | None = None,
         groups: KVCacheGroups | None = None,
     ):
         shape = (num_blocks, block_size, num_kv_heads, head_dim)
@@ -111,11 +111,14 @@ class PagedKVPool:
         # it shares with the layers at its place in the other groups (`kv_groups.py`).
         self.groups = groups or KVCacheGroups.single(num_layers)
         self.layer_array = list(self.groups.layer_array)
-        # Per array, its page shape: `layer_shapes` gives (KV heads, head size) where layers
-        # differ (Gemma 4's global layers); a block id addresses the same tokens in each.
-        shapes = layer_shapes or [(num_kv_heads, head_dim)] * num_layers
+        # Per array, its K page shape and its V head size: `layer_shapes` gives (KV heads, K head
+        # size, V head size) where layers differ (Gemma 4's global layers) or V heads differ
+        # from K heads; a block id addresses the same tokens in each.
+        shapes = layer_shapes or [(num_kv_heads, head_dim, head_dim)] * num_layers
         first = {a: layer for layer, a in reversed(list(enumerate(self.layer_array)))}
-        self.page_shapes = [(num_blocks, block_size, *shapes[first[a]]) for a in range(len(first))]
+        arrays = [shapes[first[a]] for a in range(len(first))]
+        self.page_shapes = [(num_blocks, block_size, h, k) for h, k, _ in arrays]
+        self.value_dims = [v for _, _, v in arrays]
         self.max_kv_heads = max(s[2] for s in self.page_shapes)
         # K and V bits per value (16: the model's dtype), quantized in groups of `group_size`.
         self.k_bits, self.v_bits, self.group_size = k_bits, v_bits, group_size
@@ -151,13 +154,14 @@ class PagedKVPool:
         return sum(p.nbytes for p in self.pages)
 
     def _zero_pages(self) -> list:
-        def layer_pages(shape):
+        def layer_pages(shape, value_dim):
             if self.quantized:
                 return QuantizedKVPages.zeros(shape, self.dtype, self.k_bits, self.v_bits,
                                               self.group_size)  # fmt: skip
-            return KVPages(*(mx.zeros(shape, dtype=self.dtype) for _ in "kv"))
+            values = (*shape[:3], value_dim)
+            return KVPages(mx.zeros(shape, dtype=self.dtype), mx.zeros(values, dtype=self.dtype))
 
-        pages = [layer_pages(shape) for shape in self.page_shapes]
+        pages = [layer_pages(*a) for a in zip(self.page_shapes, self.value_dims)]
         mx.eval(pages)
         return pages
 

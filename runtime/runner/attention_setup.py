@@ -64,6 +64,11 @@ def _check_kernel_shape(backend: str, layout: KVLayout, block_size: int, bits) -
 
     if layout.num_heads is None or layout.num_heads % layout.num_kv_heads:
         raise UnsupportedSpecError("the model's query heads could not be matched to its KV heads")
+    if layout.values_differ:
+        raise UnsupportedSpecError(
+            f"the decode kernels take V heads of the K head size ({layout.head_dim}), and this "
+            f"model's are {layout.value_head_dim}"
+        )
     if layout.query_dtype != layout.dtype:
         raise UnsupportedSpecError(
             f"queries are {layout.query_dtype} but the cache is {layout.dtype}"
@@ -108,6 +113,8 @@ def cuda_prefill_shapes(layout: KVLayout) -> PrefillShapes | None:
     """Bucketed prefill attention where MLX's CUDA SDPA builds a graph per shape: half-precision
     K/V (float32 takes MLX's own kernels) and one query head count for every layer."""
     if layout.dtype not in (mx.float16, mx.bfloat16) or len(layout.by_shape()) > 1:
+        return None
+    if layout.values_differ:  # the buckets' marked keys and values are of one head size
         return None
     return PrefillShapes(layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.dtype)
 

@@ -45,9 +45,15 @@ def kv_bytes_per_token(
     """Bytes one token's K and V take in a block: one layer of each page array of `groups`
     (None: every layer, each with its own)."""
     groups = groups or KVCacheGroups.single(layout.num_layers)
+
+    def layer_bytes(heads: int, k_dim: int, v_dim: int) -> int:
+        if k_dim == v_dim:
+            return layer_bytes_per_token(heads, k_dim, layout.dtype, k_bits, v_bits, group_size)
+        return heads * (k_dim + v_dim) * layout.dtype.size  # 16-bit pages (checked at load)
+
     return sum(
-        layer_bytes_per_token(*layout.shapes[i][:2], layout.dtype, k_bits, v_bits, group_size)
-        for i in groups.array_layers
+        layer_bytes(heads, k_dim, v_dim)
+        for heads, k_dim, _, v_dim in (layout.shapes[i] for i in groups.array_layers)
     )
 
 
@@ -161,7 +167,12 @@ def build_paged_path(
         raise ValueError(f"fused RoPE cannot compute {beyond_kernels[0]}: use --fused-rope off")
     layout = probe_kv_layout(model)
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
-    for head_dim in {dim for _, dim, _ in layout.shapes}:
+    if layout.values_differ and min(k_bits, v_bits) < 16:
+        raise ValueError(
+            "quantized pages keep K and V of one head size, and this model's V heads differ "
+            "from its K heads: use --kv-bits 16"
+        )
+    for head_dim in {dim for _, dim, _, _ in layout.shapes}:
         check_kv_quantization(k_bits, v_bits, kv_group_size, head_dim)  # fmt: skip
     groups = _kv_groups(layout, kv_groups)
     block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size, groups)
@@ -172,7 +183,7 @@ def build_paged_path(
     )  # fmt: skip
     pool = PagedKVPool(layout.num_layers, num_blocks, block_size, layout.num_kv_heads,
                        layout.head_dim, layout.dtype, k_bits, v_bits, kv_group_size,
-                       [(h, d) for h, d, _ in layout.shapes], groups)  # fmt: skip
+                       [(h, k, v) for h, k, _, v in layout.shapes], groups)  # fmt: skip
     bits = (k_bits, v_bits, kv_group_size if min(k_bits, v_bits) < 16 else 0)
     choose_attention_paths(model, layout, pool, paged_attention, fused_rope, bits, beyond_kernels)
     states = StatePool(layout.state, num_slots) if num_slots else None

@@ -37,6 +37,7 @@ FAMILIES = [
     "gemma4:gemma4_text",
     "gemma2",
     "llama4:llama4_text",
+    "mimo_v2_flash",
 ]
 PROMPTS = [list(range(5, 24)), [11, 12, 13], list(range(30, 70))]
 SMALL_POOL = {"gemma3_text": 28, "gemma4_text@windows": 41}

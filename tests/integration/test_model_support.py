@@ -72,3 +72,28 @@ def test_fused_rope_is_refused_where_an_adapter_computes_what_it_cannot(
 ):
     with pytest.raises(ValueError, match=f"fused RoPE cannot compute {what}"):
         LLM(str(tiny_model_dir(model_type)), num_blocks=16, fused_rope="on")
+
+
+def test_v_heads_of_another_size_than_k_take_16_bit_pages_and_the_reference_path(tiny_model_dir):
+    """mimo_v2_flash (K heads 32, V heads 16): its pages keep V at its own size; quantized
+    pages and the decode kernels, which take equal sizes, are refused with the reason."""
+    from mlx_lm import load
+
+    from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
+    from mlx_paged.kv.attention_hook import install_attention_hook
+    from mlx_paged.kv.kv_layout import probe_kv_layout
+    from mlx_paged.runner.attention_setup import _check_kernel_shape
+
+    path = str(tiny_model_dir("mimo_v2_flash"))
+    llm = LLM(path, num_blocks=32, block_size=4)
+    pool = llm.engine.runner.pool
+    assert {p.k.shape[-1] for p in pool.pages} == {32} and set(pool.value_dims) == {16}
+    assert {p.v.shape[-1] for p in pool.pages} == {16}
+    with pytest.raises(ValueError, match="use --kv-bits 16"):
+        LLM(path, num_blocks=32, block_size=4, kv_bits=8)
+    model, _ = load(path)
+    install_attention_hook()
+    layout = probe_kv_layout(model)
+    assert layout.values_differ and layout.shapes[0] == (2, 32, 4, 16)
+    with pytest.raises(UnsupportedSpecError, match="V heads of the K head size"):
+        _check_kernel_shape("cuda", layout.by_shape()[0], 16, (16, 16, 0))
