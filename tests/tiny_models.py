@@ -232,8 +232,6 @@ VARIANTS = {
         "attention_k_eq_v": False,
         "num_global_key_value_heads": None,
     },
-    # Gemma 4 with two window layers a global one: the window layers of two groups share pages.
-    "windows": {"num_hidden_layers": 6, "sliding_window_pattern": 3},
 }
 # Wrappers whose text model is another family, given as "wrapper:inner" (e.g. mistral3 around
 # ministral3); the inner config goes under text_config.

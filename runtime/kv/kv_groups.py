@@ -3,12 +3,10 @@ grouped by what they keep, so a sliding-window layer's old pages go back to the 
 
 Full-attention layers form group 0; sliding-window layers form further groups of the same
 size. Each group has its own block table per request, and a block id is held by one group at a
-time. The layers at the same place in their groups share one page array (`layer_array`) where
-they cache K/V of one shape: a block of that array holds, for the group that owns the block,
-its layer's K/V. So one block costs the same bytes in every group, all groups draw on the one
-pool, and a window group frees the blocks its window left behind. A layer of another shape at
-its place (Gemma 4's global layers) keeps an array of its own, unused by the other groups'
-blocks: fewer bytes are shared, but the windows still free theirs.
+time. The layers at the same place in their groups share one page array (`layer_array`): a
+block of that array holds, for the group that owns the block, its layer's K/V. So one block
+costs the same bytes in every group, all groups draw on the one pool, and a window group frees
+the blocks its window left behind.
 """
 
 from __future__ import annotations
@@ -59,15 +57,13 @@ class KVCacheGroups:
 
 def plan_groups(windows: list[int | None], shapes: list) -> tuple[KVCacheGroups, str | None]:
     """The groups for attention layers with these sliding `windows` and page `shapes`, and,
-    where every layer stays in one group though some have windows, why.
-
-    Layers at one place in their groups share a page array where their shapes are equal; a
-    layer of another shape there (Gemma 4's global layers beside its sliding ones) gets an
-    array of its own, which blocks held by the other groups leave unused."""
+    where every layer stays in one group though some have windows, why."""
     single = KVCacheGroups.single(len(windows))
     window_layers = [i for i, w in enumerate(windows) if w is not None]
     if not window_layers:
         return single, None
+    if len(set(shapes)) > 1:
+        return single, "its layers cache K/V of several shapes, which cannot share page arrays"
     full = [i for i, w in enumerate(windows) if w is None]
     size = len(full) or len(window_layers)
     members = [full] if full else []
@@ -75,13 +71,7 @@ def plan_groups(windows: list[int | None], shapes: list) -> tuple[KVCacheGroups,
     # A window group frees what its widest layer can no longer see.
     group_windows = tuple(None if m is full else max(windows[i] for i in m) for m in members)
     layer_group, layer_array = [0] * len(windows), [0] * len(windows)
-    arrays: dict[tuple, int] = {}  # (place, shape) -> array
     for g, m in enumerate(members):
         for place, layer in enumerate(m):
-            key = (place, shapes[layer])
-            layer_group[layer] = g
-            layer_array[layer] = arrays.setdefault(key, len(arrays))
-    if len(arrays) >= len(windows):
-        why = "no two groups would share a page array (each place's layers differ in shape)"
-        return single, why
+            layer_group[layer], layer_array[layer] = g, place
     return KVCacheGroups(group_windows, tuple(layer_group), tuple(layer_array)), None

@@ -19,22 +19,10 @@ def test_gemma3_like_layers_group_by_window_and_share_arrays_place_by_place():
     assert groups.num_arrays == 2 and groups.array_layers == [0, 1]
 
 
-def test_gemma4_like_global_layers_keep_arrays_of_their_own_beside_the_shared_ones():
-    """Global layers of another shape cannot share the window layers' arrays: each gets its
-    own, and the window groups still share theirs place by place."""
-    sliding, wide = (8, 128, 16), (2, 256, 16)
-    groups, why = plan_groups(([512] * 5 + [None]) * 2, ([sliding] * 5 + [wide]) * 2)
-    assert why is None
-    assert groups.windows == (None, 512, 512, 512, 512, 512)
-    assert groups.layer_group == (1, 1, 2, 2, 3, 0, 3, 4, 4, 5, 5, 0)
-    assert groups.layer_array == (2, 3, 2, 3, 2, 0, 3, 2, 3, 2, 3, 1)
-    assert groups.num_arrays == 4 and groups.array_layers == [5, 11, 0, 1]
-
-
-def test_one_group_without_windows_or_where_no_array_would_be_shared():
+def test_one_group_without_windows_or_with_several_page_shapes():
     assert plan_groups([None, None], [(2, 64, 4)] * 2) == (KVCacheGroups.single(2), None)
     groups, why = plan_groups([512, None], [(2, 64, 4), (1, 128, 4)])
-    assert groups == KVCacheGroups.single(2) and "no two groups would share" in why
+    assert groups == KVCacheGroups.single(2) and "several shapes" in why
 
 
 def _decode(m: KVCacheManager, r: Req, token: int) -> None:
