@@ -106,3 +106,23 @@ def test_gemma4_global_layers_of_head_size_512_decode_on_the_kernel(tmp_path):
     assert kernel_tokens == reference_tokens and all(len(t) == 40 for t in kernel_tokens)
     assert kernel_calls.get(("reference", "decode"), 0) == 0
     assert kernel_calls.get(("kernel", "decode"), 0) >= 4 * 39  # 4 layers, 39 steps at least
+
+
+def test_v_heads_of_another_size_decode_on_the_reference_path_with_mlx_lm_tokens(tmp_path):
+    """mimo_v2_flash's V heads (16) are smaller than its K heads (32): no kernel takes them,
+    so "auto" decodes on the reference path, prefill takes MLX's own SDPA, and the greedy
+    tokens are mlx-lm's single-sequence ones."""
+    from mlx_lm import load
+    from mlx_lm.generate import generate_step
+
+    folder = build_model(tmp_path / "mimo", "mimo_v2_flash")
+    model, _ = load(str(folder))
+    prompts = [list(range(5, 45)), [7, 8, 9]]
+    expected = [
+        [int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(24))] for p in prompts
+    ]
+    llm = LLM(str(folder), block_size=16, num_blocks=64)
+    params = SamplingParams(max_tokens=24, ignore_eos=True)
+    assert [r.token_ids for r in llm.generate(prompts, params)] == expected
+    calls = llm.engine.runner.pool.attention_calls
+    assert calls.get(("kernel", "decode"), 0) == 0 and calls.get(("reference", "decode"), 0) > 0
