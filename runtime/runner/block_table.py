@@ -21,12 +21,10 @@ class BlockTable:
 
     Args:
         block_size: tokens per block.
-        page_scale: the table holds page ids, block id x this (`KVCacheGroups.page_scale`).
     """
 
-    def __init__(self, block_size: int, page_scale: int = 1):
+    def __init__(self, block_size: int):
         self.block_size = block_size
-        self.page_scale = page_scale
         self.table = np.zeros((_FIRST_ROWS, _FIRST_BLOCKS), dtype=np.int32)
         self.num_blocks = np.zeros(_FIRST_ROWS, dtype=np.int32)
         # Each row's live block list, owned by the KV cache manager, which only appends to it
@@ -68,8 +66,7 @@ class BlockTable:
             if now > have:
                 if now > self.table.shape[1]:
                     self._grow(blocks=2 * now)
-                ids = [b.block_id * self.page_scale for b in blocks[have:now]]
-                self.table[row, have:now] = ids
+                self.table[row, have:now] = [b.block_id for b in blocks[have:now]]
                 self.num_blocks[row] = now
             widest = max(widest, now)
         return widest

@@ -25,21 +25,13 @@ def prefill_row(table: list[int], start: int, count: int, block_size: int):
     return start, count, input_array(table[: cdiv(start + count, block_size)])
 
 
-def page_ids(kv, request, group: int, scales) -> list[int]:
-    """The pages of `request`'s blocks in `group`: block b is page b x the group's page scale
-    (`KVCacheGroups.page_scale`) in the arrays it shares."""
-    blocks = kv.get_block_ids(request, group)
-    scale = scales[group] if scales else 1
-    return blocks if scale == 1 else [b * scale for b in blocks]
-
-
-def prefill_metadata(kv, rows, starts, counts, width: int, scales=()) -> list:
+def prefill_metadata(kv, rows, starts, counts, width: int) -> list[PagedAttentionMetadata]:
     """Per group, the metadata of rows writing `counts[b]` tokens from `starts[b]`, padded to
-    `width` (padding writes land in the null block); `scales`: per group its page scale."""
+    `width` (padding writes land in the null block)."""
     bs = kv.block_size
     metas = []
     for g in range(len(kv.group_windows)):
-        tables = [page_ids(kv, r, g, scales) for r in rows]
+        tables = [kv.get_block_ids(r, g) for r in rows]
         max_blocks = max(len(t) for t in tables)
         slots = []
         for table, start, n in zip(tables, starts, counts):
@@ -76,11 +68,10 @@ def decode_metadata(
     ]
 
 
-def mixed_metadata(kv, decode: list[PagedAttentionMetadata], lens, slots, prefill, scales=()):
+def mixed_metadata(kv, decode: list[PagedAttentionMetadata], lens, slots, prefill):
     """Per group, the metadata of a decode forward that also runs `prefill` chunks `(request,
     tokens)`: each chunk token a row of one token after the decode rows, at its own position
-    and slot; `decode_rows` keeps the decode rows' own metadata. Also the chunk tokens' ids.
-    `scales`: per group its page scale."""
+    and slot; `decode_rows` keeps the decode rows' own metadata. Also the chunk tokens' ids."""
     ids, positions = [], []
     for r, n in prefill:
         start = r.num_computed_tokens - n
@@ -91,7 +82,7 @@ def mixed_metadata(kv, decode: list[PagedAttentionMetadata], lens, slots, prefil
     for g, (meta, group_slots) in enumerate(zip(decode, slots)):
         chunk_slots, rows = [], []
         for r, n in prefill:
-            start, table = r.num_computed_tokens - n, page_ids(kv, r, g, scales)
+            start, table = r.num_computed_tokens - n, kv.get_block_ids(r, g)
             chunk_slots += slots_of(table, start, n, kv.block_size)
             rows.append(prefill_row(table, start, n, kv.block_size))
         metas.append(dataclasses.replace(

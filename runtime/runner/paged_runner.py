@@ -56,9 +56,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         # Recurrent state of a hybrid model, else None.
         self.states = HybridStates(states, kv) if states is not None else None
         # The decode rows' block tables, one per KV cache group.
-        # Per KV cache group, its page scale (`KVCacheGroups.page_scale`) and decode table.
-        self.page_scales = tuple(pool.groups.scale(g) for g in range(pool.groups.num_groups))
-        self.block_tables = [BlockTable(pool.block_size, s) for s in self.page_scales]
+        self.block_tables = [BlockTable(pool.block_size) for _ in range(pool.groups.num_groups)]
         self.compiled_decode = (
             CompiledDecode(self._decode_logits, pool, self.states) if compile_decode else None
         )
@@ -154,7 +152,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         real, tables, lens, slots = self._decode_batch(padded=True)
         # The decode rows' own metadata is built once here, not sliced in every layer.
         decode = decode_metadata(tables, lens, slots, self.pool.block_size)
-        metas, ids = mixed_metadata(self.kv, decode, lens, slots, prefill, self.page_scales)
+        metas, ids = mixed_metadata(self.kv, decode, lens, slots, prefill)
         tokens = mx.concatenate([_padded(inputs, len(lens)), mx.array(ids, inputs.dtype)])
         with forward_on(self.pool):
             hidden = self.logits_head.body(tokens[:, None], cache=self._caches(metas))
@@ -217,7 +215,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
     def _prefill_forward(self, rows: list[Request], starts, counts, width: int, states=()):
         tokens = [r.all_token_ids[s : s + n] + [0] * (width - n)
                   for r, s, n in zip(rows, starts, counts)]  # fmt: skip
-        metas = prefill_metadata(self.kv, rows, starts, counts, width, self.page_scales)
+        metas = prefill_metadata(self.kv, rows, starts, counts, width)
         self._forward(mx.array(tokens), metas, states=states)
 
     def _prefill_states(self, prefill: list[tuple[Request, int]]) -> None:

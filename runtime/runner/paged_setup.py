@@ -82,13 +82,10 @@ def _log_pool(
                            states.num_slots - 1, wanted_slots - 1)  # fmt: skip
 
 
-def _kv_groups(layout: KVLayout, enabled: bool, quantized: bool) -> KVCacheGroups:
+def _kv_groups(layout: KVLayout, enabled: bool) -> KVCacheGroups:
     """The model's KV cache groups (`plan_groups`; one group unless `enabled`), logged."""
     windows = layout.plan.windows if layout.plan else [None] * layout.num_layers
     groups, single_why = plan_groups(windows, list(layout.shapes))
-    if groups.page_scale and quantized:
-        groups = KVCacheGroups.single(layout.num_layers)
-        single_why = "quantized pages cannot be read at another shape (use --kv-bits 16)"
     if not enabled:
         groups, single_why = KVCacheGroups.single(layout.num_layers), "KV cache groups are off"
     if groups.num_groups > 1:
@@ -177,7 +174,7 @@ def build_paged_path(
         )
     for head_dim in {dim for _, dim, _, _ in layout.shapes}:
         check_kv_quantization(k_bits, v_bits, kv_group_size, head_dim)  # fmt: skip
-    groups = _kv_groups(layout, kv_groups, min(k_bits, v_bits) < 16)
+    groups = _kv_groups(layout, kv_groups)
     block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size, groups)
     wanted = state_pool_slots(max_live_requests) if layout.state else 0
     num_blocks, num_slots = _pool_sizes(
