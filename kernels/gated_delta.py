@@ -10,6 +10,7 @@ so a hybrid's prefill costs a launch per layer rather than per token.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,12 +18,12 @@ import mlx.core as mx
 
 from mlx_paged.codegen.build import KernelDefinition, check_definition, compile_kernel
 from mlx_paged.codegen.environment import render
-from mlx_paged.kernels.kernel_spec import DTYPES, UnsupportedSpecError
+from mlx_paged.kernels.kernel_spec import DTYPE_SHORT, DTYPES, UnsupportedSpecError
+from mlx_paged.kernels.paged_attention_routing import dtype_name
 
 TEMPLATES = Path(__file__).resolve().parent
 ROWS_PER_THREADGROUP = 4  # value rows, one simdgroup each
-_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
-_DTYPES = {"float16": mx.float16, "bfloat16": mx.bfloat16, "float32": mx.float32}
+_NAME = re.compile(r"gated_delta_([a-z]+)_([a-z0-9]+)_hk(\d+)_hv(\d+)_dk(\d+)_dv(\d+)")
 
 
 @dataclass(frozen=True)
@@ -53,26 +54,21 @@ class GatedDeltaSpec:
     @property
     def name(self) -> str:
         return (
-            f"gated_delta_{self.backend}_{_SHORT[self.dtype]}_hk{self.key_heads}"
+            f"gated_delta_{self.backend}_{DTYPE_SHORT[self.dtype]}_hk{self.key_heads}"
             f"_hv{self.value_heads}_dk{self.key_dim}_dv{self.value_dim}"
         )
 
     @classmethod
     def parse(cls, name: str) -> GatedDeltaSpec:
         """Inverse of `name` (e.g. `gated_delta_cuda_bf16_hk16_hv32_dk128_dv128`)."""
-        try:
-            backend, dtype, *sizes = name.removeprefix("gated_delta_").split("_")
-            numbers = [int(s[2:]) for s, p in zip(sizes, ("hk", "hv", "dk", "dv"), strict=True)
-                       if s.startswith(p)]  # fmt: skip
-            dtype = {short: full for full, short in _SHORT.items()}[dtype]
-            if len(numbers) != 4:
-                raise ValueError(name)
-        except (ValueError, KeyError) as exc:
+        match = _NAME.fullmatch(name)
+        dtypes = {short: full for full, short in DTYPE_SHORT.items()}
+        if match is None or match[2] not in dtypes:
             raise UnsupportedSpecError(
                 f"{name!r} is not a gated-delta kernel name (expected e.g. "
                 f"gated_delta_cuda_bf16_hk16_hv32_dk128_dv128)"
-            ) from exc
-        return cls(backend, dtype, *numbers)
+            )
+        return cls(match[1], dtypes[match[2]], *(int(match[i]) for i in range(3, 7)))
 
     @property
     def rows_per_threadgroup(self) -> int:
@@ -105,8 +101,9 @@ def build(spec: GatedDeltaSpec):
 
 def spec_for(backend: str, q: mx.array, v: mx.array) -> GatedDeltaSpec:
     """The spec of a call with these q and v (raises `UnsupportedSpecError` if none)."""
-    dtype = next((name for name, dt in _DTYPES.items() if dt == q.dtype), str(q.dtype))
-    return GatedDeltaSpec(backend, dtype, q.shape[2], v.shape[2], q.shape[3], v.shape[3])
+    return GatedDeltaSpec(
+        backend, dtype_name(q.dtype), q.shape[2], v.shape[2], q.shape[3], v.shape[3]
+    )
 
 
 def gated_delta(spec: GatedDeltaSpec, q, k, v, g, beta, state) -> tuple[mx.array, mx.array]:
@@ -122,7 +119,7 @@ def gated_delta(spec: GatedDeltaSpec, q, k, v, g, beta, state) -> tuple[mx.array
             g.astype(mx.float32),
             beta.astype(dtype),
             state.astype(mx.float32),
-        ],  # fmt: skip
+        ],
         template=[("T", dtype)],
         grid=(spec.value_dim * 32, batch * spec.value_heads, 1),
         threadgroup=(32 * ROWS_PER_THREADGROUP, 1, 1),

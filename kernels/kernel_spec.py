@@ -20,7 +20,7 @@ TENSOR_CORE_HEAD_DIMS = (64, 128)  # the head sizes the H200 sweeps measured
 # sizes whose lanes each read 8 values, one whole group's slice (head_dim / 8 lanes).
 QUANT_HEAD_DIMS = (64, 128, 256)
 
-_DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+DTYPE_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}  # in kernel names
 
 
 class UnsupportedSpecError(ValueError):
@@ -133,7 +133,7 @@ class KernelSpec:
         parts = [
             self.kernel.replace("decode_", "decode_rope_", 1) if self.rope else self.kernel,
             self.backend,
-            _DTYPE_SHORT.get(self.dtype, str(self.dtype)),
+            DTYPE_SHORT.get(self.dtype, str(self.dtype)),
             f"hd{self.head_dim}",
             f"bs{self.block_size}",
             f"g{self.gqa}",
@@ -230,7 +230,7 @@ class KernelSpec:
         fields = name[len(kernel) + 1 :].split("_")
         sliding = fields[-1] == "sw"
         fields = fields[:-1] if sliding else fields
-        short_to_dtype = {v: k for k, v in _DTYPE_SHORT.items()}
+        short_to_dtype = {v: k for k, v in DTYPE_SHORT.items()}
         try:
             backend, dtype, hd, bs, g, *rest = fields
             partition = int(rest.pop(0).removeprefix("p")) if rest and rest[0][:1] == "p" else 0

@@ -16,7 +16,7 @@ import mlx.core as mx
 
 from mlx_paged.codegen.build import KernelDefinition, check_definition, compile_kernel
 from mlx_paged.codegen.environment import render
-from mlx_paged.kernels.kernel_spec import DTYPES, UnsupportedSpecError
+from mlx_paged.kernels.kernel_spec import DTYPE_SHORT, DTYPES, UnsupportedSpecError
 from mlx_paged.kernels.quantized_pages import (
     KV_BITS,
     KV_GROUP_SIZES,
@@ -27,7 +27,6 @@ from mlx_paged.kernels.quantized_pages import (
 )
 
 TEMPLATES = Path(__file__).resolve().parent
-_SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 
 @dataclass(frozen=True)
@@ -51,8 +50,8 @@ class QuantizeRowsSpec:
     @property
     def name(self) -> str:
         return (
-            f"quantize_rows_{self.backend}_{_SHORT.get(self.dtype, self.dtype)}_hd{self.head_dim}"
-            f"_k{self.k_bits}v{self.v_bits}gs{self.group_size}"
+            f"quantize_rows_{self.backend}_{DTYPE_SHORT.get(self.dtype, self.dtype)}"
+            f"_hd{self.head_dim}_k{self.k_bits}v{self.v_bits}gs{self.group_size}"
         )
 
     @property
@@ -66,7 +65,7 @@ class QuantizeRowsSpec:
             backend, dtype, hd, bits = name.removeprefix("quantize_rows_").split("_")
             k, rest = bits.removeprefix("k").split("v")
             v, group = rest.split("gs")
-            dtype = {short: full for full, short in _SHORT.items()}[dtype]
+            dtype = {short: full for full, short in DTYPE_SHORT.items()}[dtype]
             fields = (int(hd.removeprefix("hd")), int(k), int(v), int(group))
         except (ValueError, KeyError) as exc:
             raise UnsupportedSpecError(
