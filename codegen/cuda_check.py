@@ -38,6 +38,7 @@ _ARG_TYPES = {
     "g": "float",  # the gated-delta recurrence's decay and state
     "state": "float",
     "state_out": "float",
+    "a_log": "float",  # the gated-delta decode step's decay rate, fp32 as mlx-lm reads it
 }
 
 

@@ -62,6 +62,7 @@ float min(float, float);
 float exp(float);
 float exp2(float);
 float log(float);
+float log1p(float);  // MLX's utils.h, which MLX puts before every custom kernel
 float sqrt(float);
 float rsqrt(float);
 float abs(float);

@@ -66,10 +66,13 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
 
 
 def _gated_delta_call(spec: GatedDeltaSpec) -> tuple[int, list, list, list]:
-    """(threads, inputs, output shapes, output dtypes) of a 4-token call of `spec`."""
+    """(threads, inputs, output shapes, output dtypes) of a 4-token call of `spec` (one token
+    for a decode step)."""
     dtype, seqs, steps = _DTYPES[spec.dtype], CAPTURE_SEQS, 4
     qk = (seqs, steps, spec.key_heads, spec.key_dim)
     state = (seqs, spec.value_heads, spec.value_dim, spec.key_dim)
+    if spec.conv_size:
+        return _gated_delta_step_call(spec, dtype, state)
     inputs = [
         mx.zeros(qk, dtype),
         mx.zeros(qk, dtype),
@@ -80,6 +83,24 @@ def _gated_delta_call(spec: GatedDeltaSpec) -> tuple[int, list, list, list]:
     ]
     shapes = [(seqs, steps, spec.value_heads, spec.value_dim), state]
     return 32 * spec.rows_per_threadgroup, inputs, shapes, [dtype, mx.float32]
+
+
+def _gated_delta_step_call(spec: GatedDeltaSpec, dtype, state) -> tuple[int, list, list, list]:
+    seqs, heads = CAPTURE_SEQS, spec.value_heads
+    channels = 2 * spec.key_heads * spec.key_dim + heads * spec.value_dim
+    conv = (seqs, spec.conv_size - 1, channels)
+    inputs = [
+        mx.zeros((seqs, 1, channels), dtype),
+        mx.zeros(conv, dtype),
+        mx.zeros((channels, spec.conv_size, 1), dtype),
+        mx.zeros((seqs, 1, heads), dtype),
+        mx.zeros((seqs, 1, heads), dtype),
+        mx.zeros((heads,), mx.float32),
+        mx.zeros((heads,), dtype),
+        mx.zeros(state, mx.float32),
+    ]
+    shapes = [(seqs, 1, heads, spec.value_dim), state, conv]
+    return 32 * spec.rows_per_threadgroup, inputs, shapes, [dtype, mx.float32, dtype]
 
 
 def capture_metal_source(spec, kernel=None) -> str:

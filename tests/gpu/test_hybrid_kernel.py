@@ -1,7 +1,7 @@
 """Hybrid models on the GPU: a Qwen3.5-like and a Nemotron-H-like model decode through the
 kernel in compiled steps (state slots gathered and scattered inside the trace), the Qwen3.5
-recurrences on the generated gated-delta kernel, and give mlx-lm's own single-sequence greedy
-tokens, as the reference path does."""
+layers on the generated gated-delta kernels (the recurrence for prompts, the whole layer step
+for decode), and give mlx-lm's own single-sequence greedy tokens, as the reference path does."""
 
 from __future__ import annotations
 
@@ -45,7 +45,12 @@ def test_hybrid_kernel_steps_give_mlx_lm_tokens(tmp_path, model_type):
             assert [r.token_ids for r in llm.generate(PROMPTS, params)] == expected, mode
         calls = llm.engine.runner.pool.attention_calls
         assert (calls.get(("kernel", "decode"), 0) > 0) == (mode == "kernel")
-        if model_type == "qwen3_5":  # its recurrences ran the kernel, in either phase
-            for phase in ("decode", "prefill"):
-                ran = calls.get(("gated_delta_kernel", phase), 0) > 0
-                assert ran == (mode == "kernel"), (mode, phase)
+        if model_type == "qwen3_5":  # prompts ran the recurrence kernel, decode steps the
+            # whole-step kernel
+            for path, phase in (
+                ("gated_delta_kernel", "prefill"),
+                ("gated_delta_step_kernel", "decode"),
+            ):
+                ran = calls.get((path, phase), 0) > 0
+                assert ran == (mode == "kernel"), (mode, path)
+            assert calls.get(("gated_delta_kernel", "decode"), 0) == 0

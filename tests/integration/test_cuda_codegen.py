@@ -11,7 +11,7 @@ import pytest
 from mlx_paged.codegen.build import KernelDefinition
 from mlx_paged.kernels import gated_delta
 from mlx_paged.kernels.catalog import all_specs, quantized_specs, representative_specs
-from mlx_paged.kernels.gated_delta import gated_delta_specs
+from mlx_paged.kernels.gated_delta import gated_delta_specs, gated_delta_step_specs
 from mlx_paged.kernels.kernel_spec import KernelSpec
 from mlx_paged.kernels.paged_attention_geometry import define
 from mlx_paged.kernels.paged_attention_routing import routed_specs
@@ -56,7 +56,7 @@ def test_quantized_cuda_kernels_compile_without_spilling():
 
 
 def test_gated_delta_cuda_kernels_compile_without_spilling():
-    for spec in gated_delta_specs("cuda"):
+    for spec in gated_delta_specs("cuda") + gated_delta_step_specs("cuda"):
         report = check_cuda_source(gated_delta.define(spec))
         assert report.spill_bytes == 0 and 0 < report.registers <= 255, (spec.name, report)
     unit = wrap(gated_delta.define(gated_delta_specs("cuda")[0]))
@@ -139,3 +139,9 @@ def test_cli_renders_the_recurrence_kernel_on_either_backend(capsys):
     assert "key head size 100" in capsys.readouterr().err
     assert main(["kernels", "render", "gated_delta_cuda_bf16_hk16"]) == 2
     assert "not a gated-delta kernel name" in capsys.readouterr().err
+    step = "gated_delta_step_cuda_bf16_hk16_hv32_dk128_dv128_conv4"
+    assert main(["kernels", "render", step, "--check"]) == 0
+    assert f"__global__ void {step}(" in capsys.readouterr().out
+    for wrong in (step.replace("_conv4", ""), name + "_conv4", step.replace("conv4", "conv9")):
+        assert main(["kernels", "render", wrong]) == 2
+    assert "conv size 9" in capsys.readouterr().err

@@ -13,7 +13,11 @@ import pytest
 
 from mlx_paged.codegen.metal_check import MetalCheckError, check_metal_source
 from mlx_paged.kernels.catalog import quantized_specs, representative_specs
-from mlx_paged.kernels.gated_delta import GatedDeltaSpec, gated_delta_specs
+from mlx_paged.kernels.gated_delta import (
+    GatedDeltaSpec,
+    gated_delta_specs,
+    gated_delta_step_specs,
+)
 from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.metal_capture import capture_metal_source
 from mlx_paged.kernels.paged_attention import paged_attention_decode
@@ -31,6 +35,7 @@ GOLDEN_SPECS = [
     KernelSpec("decode_simt", "metal", "bfloat16", 128, 16, 4, k_bits=4, v_bits=4, group_size=32),
     QuantizeRowsSpec("metal", "bfloat16", 128, 4, 4, 32),
     GatedDeltaSpec("metal", "bfloat16", 16, 32, 128, 128),  # Qwen3.5's recurrence
+    GatedDeltaSpec("metal", "bfloat16", 16, 16, 128, 128, 4),  # and its decode step
 ]
 
 
@@ -65,12 +70,12 @@ def test_quantize_rows_metal_specs_compile():
 
 
 def test_gated_delta_metal_specs_compile():
-    for spec in gated_delta_specs("metal"):
+    for spec in gated_delta_specs("metal") + gated_delta_step_specs("metal"):
         source = capture_metal_source(spec)
         check_metal_source(source, spec.name)
         assert (
             "device float* state_out [[buffer(" in source
-            and "const constant int64_t* q_strides" in source
+            and "const constant int64_t* state_strides" in source
         )
 
 

@@ -51,9 +51,11 @@ for (int t = 0; t < gd_steps; ++t) {
   const float decay = gd_g[t * g_strides[1]];
   const float rate = static_cast<float>(gd_beta[t * beta_strides[1]]);
   float key[PER_LANE];
-  float recalled = 0.0f;
   for (int i = 0; i < PER_LANE; ++i) {
     key[i] = static_cast<float>(gd_k[t * k_strides[1] + (gd_first + i) * k_strides[3]]);
+  }
+  float recalled = 0.0f;
+  for (int i = 0; i < PER_LANE; ++i) {
     gd_s[i] *= decay;
     recalled += gd_s[i] * key[i];
   }
