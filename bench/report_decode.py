@@ -86,7 +86,7 @@ def hybrid_decode(run: dict) -> str:
 What: the end-to-end decode measure above on a {run["model"]}, batch {run["batch"]}, prompts
 of {run["prompt_tokens"]} random tokens, {run["new_tokens"]} new tokens each, median of
 {run["repeats"]} rounds. The paged engine runs the Gated DeltaNet layers on the generated
-recurrence kernel (`kernels/gated_delta.jinja`), prompts and steps alike; BatchGenerator runs
+recurrence kernel (`kernels/gated_delta.jinja`), {_steps_on(paged)}; BatchGenerator runs
 mlx-lm's loop of ops over the timesteps, as mlx-lm does on CUDA. The paged engine's steps are
 bound by the host: {paged["host_ms_per_step"]:.2f} ms of host work a step (MLX's cost per
 operation and the engine's Python), {paged["wait_ms_per_step"]:.2f} ms waiting for the device.
@@ -100,3 +100,10 @@ Results: `bench/results/{HYBRID_DECODE_RUN}` ({run["device"]}, MLX {run["mlx"]})
 
 {_table(header, rows)}
 """
+
+
+def _steps_on(paged: dict) -> str:
+    """Which kernel ran the run's decode steps, from its counted calls."""
+    if paged.get("attention_calls", {}).get("gated_delta_step_kernel/decode"):
+        return "and the decode steps on the whole-step kernel (`kernels/gated_delta_step.jinja`)"
+    return "prompts and steps alike"

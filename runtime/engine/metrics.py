@@ -108,7 +108,8 @@ def _kv_metrics(out: _Exposition, engine) -> None:
         for phase in ("decode", "prefill"):
             out.add("mlx_paged_attention_calls_total", "counter",
                     "Paged attention calls (one per layer per forward) by path and phase; "
-                    "gated_delta_kernel: recurrences on the generated kernel.",
+                    "gated_delta_kernel: recurrences on the generated kernel; "
+                    "gated_delta_step_kernel: Qwen3.5 decode steps in one kernel.",
                     calls[path, phase], f'{{path="{path}",phase="{phase}"}}')  # fmt: skip
 
 
