@@ -159,15 +159,16 @@ def gated_delta_step(
 ):
     """y `(B, 1, Hv, Dv)`, the state and the conv state after one decode step of a Qwen3.5
     Gated DeltaNet layer (shapes: `define`); what mlx-lm's layer computes between its input
-    projections and its gated norm. Every input but a_log and the state has `spec.dtype`."""
+    projections and its gated norm. Every input but a_log and the state has `spec.dtype` (a
+    and b are cast to it)."""
     batch = qkv.shape[0]
     return build(spec)(
         inputs=[
             qkv,
             conv_state,
             conv_weight,
-            a,
-            b,
+            a.astype(qkv.dtype),
+            b.astype(qkv.dtype),
             a_log.astype(mx.float32),
             dt_bias,
             state.astype(mx.float32),
