@@ -196,10 +196,14 @@ def _dtype_name(dtype: mx.Dtype) -> str:
 
 
 def layer_bytes_per_token(heads: int, head_dim: int, dtype: mx.Dtype, k_bits: int, v_bits: int,
-                       group: int) -> int:  # fmt: skip
-    """Bytes one token takes in one layer's pages, K and V together."""
+                       group: int, value_dim: int | None = None) -> int:  # fmt: skip
+    """Bytes one token takes in one layer's pages, K and V together; `value_dim`: V's head size
+    where it is not K's (16-bit pages only: a quantized row holds one head size)."""
+    value_dim = value_dim or head_dim
     if k_bits == v_bits == 16:
-        return 2 * heads * head_dim * dtype.size
+        return heads * (head_dim + value_dim) * dtype.size
+    if value_dim != head_dim:
+        raise ValueError("quantized pages keep K and V of one head size")
     return heads * row_layout(head_dim, dtype.size, k_bits, v_bits, group).row_bytes
 
 

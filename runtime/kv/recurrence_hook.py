@@ -57,8 +57,7 @@ def _decode_step_spec(layer, inputs, mask, cache) -> GatedDeltaSpec | None:
     """The decode-step kernel for this call, or None where mlx-lm's own call must run: outside
     a paged forward with a recurrence backend, past one token, with a mask, padding, a fresh
     state, sharding, a conv bias, or parameters of another dtype than the activations."""
-    pool = active_pool()
-    backend = pool.recurrence_backend if pool is not None else None
+    backend = _recurrence_backend()
     if (
         backend is None
         or inputs.shape[1] != 1
@@ -85,13 +84,19 @@ def _decode_step_spec(layer, inputs, mask, cache) -> GatedDeltaSpec | None:
 
 def gated_delta_ops(q, k, v, g, beta, state=None, mask=None):
     """mlx-lm's `gated_delta_ops`, on the generated kernel where a paged forward calls it."""
-    pool = active_pool()
-    backend = pool.recurrence_backend if pool is not None else None
+    backend = _recurrence_backend()
     if backend is None or mask is not None or state is None or g.ndim != 3:
         return _original(q, k, v, g, beta, state, mask)
     try:
         spec = spec_for(backend, q, v)
     except UnsupportedSpecError:
         return _original(q, k, v, g, beta, state, mask)
-    pool.attention_calls["gated_delta_kernel", "decode" if q.shape[1] == 1 else "prefill"] += 1
+    phase = "decode" if q.shape[1] == 1 else "prefill"
+    active_pool().attention_calls["gated_delta_kernel", phase] += 1
     return gated_delta(spec, q, k, v, g, beta, state)
+
+
+def _recurrence_backend() -> str | None:
+    """The running paged forward's recurrence backend; None outside one or without kernels."""
+    pool = active_pool()
+    return pool.recurrence_backend if pool is not None else None

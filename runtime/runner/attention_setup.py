@@ -112,9 +112,12 @@ def warm_up_kernels(
 def cuda_prefill_shapes(layout: KVLayout) -> PrefillShapes | None:
     """Bucketed prefill attention where MLX's CUDA SDPA builds a graph per shape: half-precision
     K/V (float32 takes MLX's own kernels) and one query head count for every layer."""
-    if layout.dtype not in (mx.float16, mx.bfloat16) or len(layout.by_shape()) > 1:
-        return None
-    if layout.values_differ:  # the buckets' marked keys and values are of one head size
+    # The buckets' marked keys and values are of one head size, too.
+    if (
+        layout.dtype not in (mx.float16, mx.bfloat16)
+        or len(layout.by_shape()) > 1
+        or layout.values_differ
+    ):
         return None
     return PrefillShapes(layout.num_heads, layout.num_kv_heads, layout.head_dim, layout.dtype)
 

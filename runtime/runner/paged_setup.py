@@ -45,14 +45,8 @@ def kv_bytes_per_token(
     """Bytes one token's K and V take in a block: one layer of each page array of `groups`
     (None: every layer, each with its own)."""
     groups = groups or KVCacheGroups.single(layout.num_layers)
-
-    def layer_bytes(heads: int, k_dim: int, v_dim: int) -> int:
-        if k_dim == v_dim:
-            return layer_bytes_per_token(heads, k_dim, layout.dtype, k_bits, v_bits, group_size)
-        return heads * (k_dim + v_dim) * layout.dtype.size  # 16-bit pages (checked at load)
-
     return sum(
-        layer_bytes(heads, k_dim, v_dim)
+        layer_bytes_per_token(heads, k_dim, layout.dtype, k_bits, v_bits, group_size, v_dim)
         for heads, k_dim, _, v_dim in (layout.shapes[i] for i in groups.array_layers)
     )
 

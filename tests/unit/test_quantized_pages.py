@@ -63,6 +63,9 @@ def test_bytes_per_token_count_values_scales_biases_and_row_padding():
     assert layer_bytes_per_token(8, 128, mx.bfloat16, 4, 4, 32) == 8 * 2 * (64 + 2 * 4 * 2)
     assert layer_bytes_per_token(8, 64, mx.bfloat16, 4, 4, 64) == 8 * 72
     assert layer_bytes_per_token(8, 64, mx.bfloat16, 16, 4, 64) == 8 * 176  # 164, padded
+    assert layer_bytes_per_token(8, 192, mx.bfloat16, 16, 16, 64, 128) == 8 * (192 + 128) * 2
+    with pytest.raises(ValueError, match="one head size"):
+        layer_bytes_per_token(8, 192, mx.bfloat16, 8, 8, 64, 128)
     pool = PagedKVPool(3, 10, 16, 8, 64, mx.bfloat16, k_bits=8, v_bits=4, group_size=32)
     per_token = 3 * layer_bytes_per_token(8, 64, mx.bfloat16, 8, 4, 32)
     assert per_token == 3 * 8 * (64 + 32 + 4 * 2 * 2)
