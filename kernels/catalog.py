@@ -73,6 +73,25 @@ def representative_specs(backend: str) -> list[KernelSpec]:
     return specs
 
 
+def value_dim_specs(backend: str) -> list[KernelSpec]:
+    """SIMT specs whose V heads have a size of their own (expanded MLA's K 192 / V 128 among
+    them), over every pass, dtype, a window and GQA 1-8."""
+    cases = [
+        ("decode_simt", "bfloat16", 192, 128, 16, 1, False),
+        ("decode_simt_splitk", "float16", 192, 128, 16, 4, True),
+        ("decode_reduce", "float16", 192, 128, 16, 4, True),
+        ("decode_simt", "float32", 128, 64, 8, 2, False),
+        ("decode_simt_splitk", "bfloat16", 192, 128, 32, 8, False),
+        ("decode_reduce", "bfloat16", 192, 128, 32, 8, False),
+        ("decode_simt", "float16", 64, 128, 16, 3, False),
+    ]
+    return [
+        KernelSpec(name, backend, dtype, hd, bs, g, KERNELS[name].partition_sizes[0]
+                   if KERNELS[name].partition_sizes else 0, sw, value_dim=dv)
+        for name, dtype, hd, dv, bs, g, sw in cases
+    ]  # fmt: skip
+
+
 def quantized_specs(backend: str) -> list[KernelSpec]:
     """A dozen dequantizing specs (SIMT kernels on quantized pages) in which each K/V bits pair,
     group size, quantized head size, dtype, block size and window flag appears; on CUDA, also

@@ -12,7 +12,7 @@ from mlx_paged.kernels.quantized_ring_rows import slot_row_stride
 
 BACKENDS = ("metal", "cuda")
 DTYPES = ("float16", "bfloat16", "float32")
-HEAD_DIMS = (64, 80, 96, 128, 256, 512)
+HEAD_DIMS = (64, 80, 96, 128, 192, 256, 512)
 BLOCK_SIZES = (8, 16, 32)
 GQA_GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
 TENSOR_CORE_HEAD_DIMS = (64, 128)  # the head sizes the H200 sweeps measured
@@ -38,7 +38,9 @@ def ring_refuses_quantized(k_bits: int, v_bits: int) -> str | None:
 class KernelSpec:
     """One kernel (a key of `KERNELS`) at one shape, e.g.
     `decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024` or `decode_simt_metal_f32_hd80_bs8_g3_sw`
-    (`pN`: tokens per partition of a split kernel; `sw`: sliding-window support).
+    (`pN`: tokens per partition of a split kernel; `sw`: sliding-window support;
+    `dvN`: V heads of N where they differ from K's, e.g.
+    `decode_simt_cuda_bf16_hd192_dv128_bs16_g4`).
 
     With `rope`, the kernel also does the decode step's RoPE (its name starts `decode_rope_`):
     it takes the step's unrotated query, key and value, rotates the query and key, attends over
@@ -57,6 +59,7 @@ class KernelSpec:
     k_bits: int = 16
     v_bits: int = 16
     group_size: int = 0  # of quantized pages; 0 when both are 16-bit
+    value_dim: int = 0  # V's head size where it is not K's (`dvN` in the name); else 0
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -79,6 +82,21 @@ class KernelSpec:
         if self.tensor_cores:  # which the fused merge's fences need too: CUDA only
             self._check_tensor_cores()
         self._check_quantized()
+        self._check_value_dim()
+
+    def _check_value_dim(self) -> None:
+        if not self.value_dim:
+            return
+        reason = (
+            "value_dim is given only where it differs from head_dim"
+            if self.value_dim == self.head_dim
+            else f"V head sizes are {HEAD_DIMS}" if self.value_dim not in HEAD_DIMS
+            else "the tensor-core kernels take K and V of one head size" if self.tensor_cores
+            else "the RoPE kernels take K and V of one head size" if self.rope
+            else "quantized pages take K and V of one head size" if self.quantized else None
+        )  # fmt: skip
+        if reason:
+            raise UnsupportedSpecError(f"{self.name}: {reason}")
 
     def _check_quantized(self) -> None:
         if self.k_bits not in KV_BITS or self.v_bits not in KV_BITS:
@@ -135,6 +153,7 @@ class KernelSpec:
             self.backend,
             DTYPE_SHORT.get(self.dtype, str(self.dtype)),
             f"hd{self.head_dim}",
+            *([f"dv{self.value_dim}"] if self.value_dim else []),
             f"bs{self.block_size}",
             f"g{self.gqa}",
         ]
@@ -179,6 +198,11 @@ class KernelSpec:
     def quantized(self) -> bool:
         """K or V pages hold packed values with per-group scales and biases."""
         return min(self.k_bits, self.v_bits) < 16
+
+    @property
+    def v_dim(self) -> int:
+        """V's head size: the size of each output row."""
+        return self.value_dim or self.head_dim
 
     @property
     def partitioned(self) -> bool:
@@ -232,6 +256,7 @@ class KernelSpec:
         fields = fields[:-1] if sliding else fields
         short_to_dtype = {v: k for k, v in DTYPE_SHORT.items()}
         try:
+            value_dim = int(fields.pop(3).removeprefix("dv")) if fields[3][:2] == "dv" else 0
             backend, dtype, hd, bs, g, *rest = fields
             partition = int(rest.pop(0).removeprefix("p")) if rest and rest[0][:1] == "p" else 0
             bits = _parse_bits(rest.pop(0)) if rest else (16, 16, 0)
@@ -243,12 +268,12 @@ class KernelSpec:
                 int(bs.removeprefix("bs")),
                 int(g.removeprefix("g")),
             )
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError, IndexError) as exc:
             raise UnsupportedSpecError(
                 f"{name!r} is not a kernel spec name (expected e.g. "
                 f"decode_simt_metal_bf16_hd128_bs16_g4)"
             ) from exc
-        return cls(kernel, backend, *values, partition, sliding, rope, *bits)
+        return cls(kernel, backend, *values, partition, sliding, rope, *bits, value_dim)
 
 
 def _parse_bits(field: str) -> tuple[int, int, int]:

@@ -35,18 +35,18 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
     parts = 2
     if spec.is_reduce:
         inputs = [
-            mx.zeros((seqs, heads, parts, spec.head_dim)),
+            mx.zeros((seqs, heads, parts, spec.v_dim)),
             mx.zeros((seqs, heads, parts)),
             mx.zeros((seqs, heads, parts)),
             seq_lens,
         ] + window
-        return inputs, [(seqs, heads, 1, spec.head_dim)], [dtype]
+        return inputs, [(seqs, heads, 1, spec.v_dim)], [dtype]
     page_shape = (seqs * CAPTURE_PAGES, spec.block_size, kv_heads, spec.head_dim)
     if spec.quantized:  # K and V share one array of rows
         kv = QuantizedKVPages.zeros(page_shape, dtype, spec.k_bits, spec.v_bits, spec.group_size)
         pages = [kv.rows]
     else:
-        pages = [mx.zeros(page_shape, dtype), mx.zeros(page_shape, dtype)]
+        pages = [mx.zeros(page_shape, dtype), mx.zeros((*page_shape[:3], spec.v_dim), dtype)]
     inputs = [
         mx.zeros((seqs, heads, 1, spec.head_dim), dtype),
         *pages,
@@ -60,9 +60,9 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
         inputs.append(mx.ones((spec.head_dim // 2,), mx.float32))
     rotated = ([new_token], [dtype]) if spec.rope else ([], [])
     if spec.partitioned:
-        shapes = [(seqs, heads, parts, spec.head_dim), (seqs, heads, parts), (seqs, heads, parts)]
+        shapes = [(seqs, heads, parts, spec.v_dim), (seqs, heads, parts), (seqs, heads, parts)]
         return inputs, shapes + rotated[0], [mx.float32] * 3 + rotated[1]
-    return inputs, [(seqs, heads, 1, spec.head_dim)] + rotated[0], [dtype] + rotated[1]
+    return inputs, [(seqs, heads, 1, spec.v_dim)] + rotated[0], [dtype] + rotated[1]
 
 
 def _gated_delta_call(spec: GatedDeltaSpec) -> tuple[int, list, list, list]:

@@ -58,7 +58,8 @@ def paged_attention_decode(
 
     Each row's one query sits at position `seq_lens[b] - 1` and sees keys `[0, seq_lens[b])`
     (the last `window` of them with a sliding window). Pages are `[num_blocks, block_size,
-    Hkv, D]`, row-contiguous, or `QuantizedPages` of that shape (the kernels dequantize
+    Hkv, D]` (V's may have a head size of their own, Dv, which the output then has),
+    row-contiguous, or `QuantizedPages` of that shape (the kernels dequantize
     them in registers: the K and V sides of one `QuantizedKVPages`); `block_tables` is `(B,
     max_blocks)` int32.
 
@@ -162,10 +163,11 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
             "the CPU runs paged_attention_reference"
         )
     (num_seqs, num_heads, num_queries, head_dim), k_shape = queries.shape, k_pages.shape
+    value_dim = v_pages.shape[3] if v_pages.shape[3] != head_dim else 0
     plan = launch_plan(
         backend, queries.dtype, num_seqs, num_heads, num_queries, head_dim, k_shape[1],
         k_shape[2], block_tables.shape[1], window is not None, kernel, partition_size, rope,
-        page_bits(k_pages, v_pages),
+        page_bits(k_pages, v_pages), value_dim,
     )  # fmt: skip
     if sinks is not None:
         raise UnsupportedSpecError(f"{plan.name}: attention sinks are not implemented")
@@ -173,7 +175,7 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
     k_dtype, v_dtype = k_pages.dtype, v_pages.dtype
     if (
         k_shape[3] != head_dim
-        or v_pages.shape != k_shape
+        or v_pages.shape[:3] != k_shape[:3]
         or not k_dtype == v_dtype == queries.dtype
     ):
         raise UnsupportedSpecError(
@@ -211,21 +213,25 @@ def warm_up(
     progress=None,
     rope: bool = False,
     bits: tuple[int, int, int] = (16, 16, 0),
+    value_dim: int = 0,
 ) -> list[KernelSpec]:
     """Compile every kernel a model's decode will call (`routed_specs`; with `rope`, their
-    `decode_rope_*` forms; on pages of `bits`, see `page_bits`), one tiny call each.
+    `decode_rope_*` forms; on pages of `bits`, see `page_bits`; V heads of `value_dim` where
+    not K's), one tiny call each.
 
     NVRTC/Metal compile a spec on its first call (about 2 s each on CUDA); doing it at load keeps
     that out of the first requests. `progress(spec, seconds)` reports each one.
     """
-    specs = routed_specs(backend, dtype, head_dim, block_size, gqa, sliding_window, rope, bits)
+    specs = routed_specs(backend, dtype, head_dim, block_size, gqa, sliding_window, rope, bits,
+                         value_dim)  # fmt: skip
     window = 4 if sliding_window else None
     shape = (17, block_size, 1, head_dim)
     if min(bits[:2]) < 16:
         kv = QuantizedKVPages.zeros(shape, dtype, *bits)
         k_pages, v_pages = kv.k, kv.v
     else:
-        k_pages = v_pages = mx.zeros(shape, dtype=dtype)
+        k_pages = mx.zeros(shape, dtype=dtype)
+        v_pages = mx.zeros((*shape[:3], value_dim or head_dim), dtype=dtype)
     for spec in specs:
         if spec.is_reduce:
             continue  # it compiles with the pass 1 of its partition size

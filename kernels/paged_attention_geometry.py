@@ -36,6 +36,7 @@ class Geometry:
     mma_k_width: int = 0  # bytes per load of a lane's K slice / V slice on that path
     mma_v_width: int = 0
     ring_subpages: int = 1  # 16-token sub-pages a quantized ring step (and slot) takes
+    epl_v: int = 0  # V elements per lane (V's head size = tpr * epl_v)
 
     def ring_bytes(self, spec: KernelSpec) -> int:
         """Shared memory of the K/V rings of all simdgroups (0 without a ring)."""
@@ -55,7 +56,7 @@ def ring_slot_bytes(spec: KernelSpec, rows: int = 16, subpages: int | None = Non
 
 def _threadgroup_bytes(nsg: int, spec: KernelSpec) -> int:
     # The merge buffer, plus the new token's scores of a RoPE kernel.
-    return 4 * nsg * spec.gqa * (spec.head_dim + 2) + (4 * spec.gqa if spec.rope else 0)
+    return 4 * nsg * spec.gqa * (spec.v_dim + 2) + (4 * spec.gqa if spec.rope else 0)
 
 
 def _simdgroups(spec: KernelSpec) -> int:
@@ -73,25 +74,30 @@ def geometry(spec: KernelSpec) -> Geometry:
     nsg = _simdgroups(spec)
     if spec.tensor_cores:
         return _tensor_core_geometry(spec, nsg)
-    vec = 16 // spec.itemsize
-    # The widest power-of-two lane split whose lanes still hold a 16-byte vector each; on
-    # quantized pages, 8 values a lane (whole 32-bit words at 4 and 8 bits, in one group).
-    candidates = [p for p in (32, 16, 8, 4, 2, 1) if spec.head_dim % p == 0]
-    tpr = next((p for p in candidates if spec.head_dim // p >= vec), candidates[-1])
+    tpr = _lanes_per_row(spec)
     if spec.quantized:
         tpr = spec.head_dim // QUANT_LANE_VALUES
     if spec.block_size * tpr < 32:
         raise UnsupportedSpecError(
             f"{spec.name}: {tpr} lanes per row leave more rows per simdgroup than a block has"
         )
-    epl = spec.head_dim // tpr
+    epl, epl_v = spec.head_dim // tpr, spec.v_dim // tpr
     tokens = spec.block_size // (32 // tpr)
     # Score registers per chunk: GQA x chunk <= 32.
     chunk = max(
         [c for c in range(1, tokens + 1) if tokens % c == 0 and c * spec.gqa <= 32], default=1
     )
-    vector_loads = (epl * spec.itemsize) % 16 == 0
-    return Geometry(nsg, tpr, epl, chunk, vector_loads, stages=1, stage_rows=0)
+    vector_loads = (epl * spec.itemsize) % 16 == 0 and (epl_v * spec.itemsize) % 16 == 0
+    return Geometry(nsg, tpr, epl, chunk, vector_loads, stages=1, stage_rows=0, epl_v=epl_v)
+
+
+def _lanes_per_row(spec: KernelSpec) -> int:
+    """The widest power-of-two lane split whose lanes still hold a 16-byte vector each of K
+    and of V (few registers a lane, which a large GQA group multiplies)."""
+    vec = 16 // spec.itemsize
+    dims = (spec.head_dim, spec.v_dim)
+    candidates = [p for p in (32, 16, 8, 4, 2, 1) if all(d % p == 0 for d in dims)]
+    return next((p for p in candidates if min(dims) // p >= vec), candidates[-1])
 
 
 def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
@@ -105,6 +111,7 @@ def _tensor_core_geometry(spec: KernelSpec, nsg: int) -> Geometry:
         nsg,
         tpr=4,
         epl=spec.head_dim // 4,
+        epl_v=spec.head_dim // 4,
         chunk=16,
         vector_loads=True,
         stages=stages,

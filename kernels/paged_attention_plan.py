@@ -77,9 +77,11 @@ def launch_plan(
     partition_size: int | None = None,
     rope: bool = False,
     bits: tuple[int, int, int] = (16, 16, 0),
+    value_dim: int = 0,
 ) -> LaunchPlan:
     """The plan of one shape (see `paged_attention_decode` for the arguments; `rope`: the
-    `decode_rope_*` kernels; `bits`: K bits, V bits and group size of quantized pages);
+    `decode_rope_*` kernels; `bits`: K bits, V bits and group size of quantized pages;
+    `value_dim`: V's head size where it is not K's);
     raises `UnsupportedSpecError` for a shape the kernels cannot serve."""
     if num_heads % num_kv_heads:
         raise UnsupportedSpecError(
@@ -89,18 +91,18 @@ def launch_plan(
     table_tokens = table_blocks * block_size
     kernel, partition_size = _kernel_and_partition(
         kernel, partition_size, backend, dtype, head_dim, block_size, groups, table_tokens,
-        bits,
+        bits, value_dim,
     )  # fmt: skip
     spec = KernelSpec(
         kernel, backend, dtype_name(dtype), head_dim, block_size, num_heads // num_kv_heads,
-        partition_size, sliding_window, rope, *bits,
+        partition_size, sliding_window, rope, *bits, value_dim,
     )  # fmt: skip
     if num_queries != 1:
         raise UnsupportedSpecError(
             f"{spec.name}: decode kernels take one query per row, not {num_queries}"
         )
     shapes = dict(
-        groups=groups, out_shape=(num_seqs, num_heads, num_queries, head_dim), dtype=dtype,
+        groups=groups, out_shape=(num_seqs, num_heads, num_queries, spec.v_dim), dtype=dtype,
         window=sliding_window, rope=rope, page_inputs=1 if spec.quantized else 2,
     )  # fmt: skip
     tg = _threads(spec)
@@ -111,7 +113,7 @@ def launch_plan(
     grid = (tg * num_kv_heads, num_seqs, num_partitions)
     if spec.fused_reduce:
         # The three partials in one flat array (see `paged_attention.jinja`).
-        packed = ((num_seqs * num_heads * num_partitions * (head_dim + 2),),)
+        packed = ((num_seqs * num_heads * num_partitions * (spec.v_dim + 2),),)
         return LaunchPlan(
             spec.name, build(spec), grid, (tg, 1, 1), packed, True, counter_slots=groups, **shapes
         )
@@ -124,7 +126,7 @@ def _two_pass_plan(spec: KernelSpec, grid, tg: int, rows: tuple, shapes: dict) -
     reduce = dataclasses.replace(
         spec, kernel="decode_reduce", rope=False, k_bits=16, v_bits=16, group_size=0
     )
-    partials = ((*rows, spec.head_dim), rows, rows)
+    partials = ((*rows, spec.v_dim), rows, rows)
     num_seqs, num_heads, _ = rows
     return LaunchPlan(
         spec.name, build(spec), grid, (tg, 1, 1), partials, False, reduce_kernel=build(reduce),
@@ -133,12 +135,21 @@ def _two_pass_plan(spec: KernelSpec, grid, tg: int, rows: tuple, shapes: dict) -
 
 
 def _kernel_and_partition(
-    kernel, partition_size, backend, dtype, head_dim, block_size, groups, table_tokens, bits
+    kernel,
+    partition_size,
+    backend,
+    dtype,
+    head_dim,
+    block_size,
+    groups,
+    table_tokens,
+    bits,
+    value_dim,
 ) -> tuple[str, int]:
     """The routed kernel and partition length, or the forced `kernel`'s (with the partition
     length routing would give it unless `partition_size` is set)."""
     if kernel is None:
-        return route(backend, dtype, head_dim, block_size, groups, table_tokens, bits)
+        return route(backend, dtype, head_dim, block_size, groups, table_tokens, bits, value_dim)
     if kernel not in KERNELS or KERNELS[kernel].split == "reduce":
         raise UnsupportedSpecError(
             f"{kernel!r} is not a kernel to launch (pass 1 kernels: "

@@ -102,11 +102,12 @@ def route(
     groups: int,
     table_tokens: int,
     bits: tuple[int, int, int] = (16, 16, 0),
+    value_dim: int = 0,
 ) -> Route:
     """The kernel (and partition length) for `groups` (sequence, KV head) pairs over a block
-    table `table_tokens` wide, on pages of `bits` (K bits, V bits, group size); see the table
-    above."""
-    if not tensor_cores_serve(backend, dtype, head_dim, block_size):
+    table `table_tokens` wide, on pages of `bits` (K bits, V bits, group size), with V heads of
+    `value_dim` where not K's (the SIMT kernels); see the table above."""
+    if value_dim or not tensor_cores_serve(backend, dtype, head_dim, block_size):
         partitions = math.ceil(table_tokens / SIMT_PARTITION_SIZE)
         if (
             partitions == 1
@@ -146,12 +147,14 @@ def routed_specs(
     sliding_window: bool,
     rope: bool = False,
     bits: tuple[int, int, int] = (16, 16, 0),
+    value_dim: int = 0,
 ) -> list[KernelSpec]:
     """Every spec the routing can call for one attention shape (what `warm_up` compiles);
     `rope`: their `decode_rope_*` forms (the reduce pass has none: it is shared); `bits`: K
-    bits, V bits and group size of quantized pages (the reduce reads no pages)."""
+    bits, V bits and group size of quantized pages (the reduce reads no pages); `value_dim`: V's
+    head size where it is not K's."""
     quantized = min(bits[:2]) < 16
-    tensor_cores = tensor_cores_serve(backend, dtype, head_dim, block_size)
+    tensor_cores = not value_dim and tensor_cores_serve(backend, dtype, head_dim, block_size)
     if tensor_cores and quantized and ring_refuses_quantized(*bits[:2]):
         sizes = {"decode_tc_splitk_direct": (TC_PARTITION_SIZE,)}  # `route`'s one choice here
     else:
@@ -174,6 +177,7 @@ def routed_specs(
             sliding_window,
             rope and name != "decode_reduce",
             *(bits if name != "decode_reduce" else (16, 16, 0)),
+            value_dim,
         )  # fmt: skip
         for name, name_sizes in sizes.items()
         for size in name_sizes

@@ -75,8 +75,16 @@ class KVLayout:
 
     @property
     def values_differ(self) -> bool:
-        """Some layer's V head size is not its K head size (the decode kernels take equal ones)."""
+        """Some layer's V head size is not its K head size (the SIMT decode kernels, and no
+        others, take such layers)."""
         return any(k != v for _, k, _, v in self.shapes)
+
+    @property
+    def value_dim(self) -> int:
+        """A uniform layout's V head size where it differs from K's, else 0 (`KernelSpec`'s
+        `value_dim`)."""
+        value = self.value_head_dim or self.head_dim
+        return value if value != self.head_dim else 0
 
     def by_shape(self) -> list[KVLayout]:
         """One uniform layout per distinct layer shape (the kernels are chosen per shape)."""

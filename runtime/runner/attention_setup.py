@@ -64,18 +64,13 @@ def _check_kernel_shape(backend: str, layout: KVLayout, block_size: int, bits) -
 
     if layout.num_heads is None or layout.num_heads % layout.num_kv_heads:
         raise UnsupportedSpecError("the model's query heads could not be matched to its KV heads")
-    if layout.values_differ:
-        raise UnsupportedSpecError(
-            f"the decode kernels take V heads of the K head size ({layout.head_dim}), and this "
-            f"model's are {layout.value_head_dim}"
-        )
     if layout.query_dtype != layout.dtype:
         raise UnsupportedSpecError(
             f"queries are {layout.query_dtype} but the cache is {layout.dtype}"
         )
     gqa = layout.num_heads // layout.num_kv_heads
     routed_specs(backend, layout.dtype, layout.head_dim, block_size, gqa, layout.sliding_window,
-                 bits=bits)  # fmt: skip
+                 bits=bits, value_dim=layout.value_dim)  # fmt: skip
 
 
 def warm_up_kernels(
@@ -88,14 +83,14 @@ def warm_up_kernels(
 
     windows = (False, True) if layout.sliding_window else (False,)
     variants = [
-        (shape.head_dim, shape.num_heads // shape.num_kv_heads, w, r)
+        (shape.head_dim, shape.num_heads // shape.num_kv_heads, w, r, shape.value_dim)
         for shape in layout.by_shape()
         for w in windows
         for r in ((False, True) if rope else (False,))
     ]
     total = sum(
-        len(routed_specs(backend, layout.dtype, dim, block_size, gqa, w, r, bits))
-        for dim, gqa, w, r in variants
+        len(routed_specs(backend, layout.dtype, dim, block_size, gqa, w, r, bits, value_dim))
+        for dim, gqa, w, r, value_dim in variants
     )
     count = [0]
 
@@ -104,9 +99,9 @@ def warm_up_kernels(
         logger.info("compiled kernel %d/%d %s (%.1f s)", count[0], total, spec.name, seconds)
 
     logger.info("paged decode attention: %s kernels; compiling %d specs", backend, total)
-    for dim, gqa, sliding, with_rope in variants:
+    for dim, gqa, sliding, with_rope, value_dim in variants:
         warm_up(backend, layout.dtype, dim, block_size, gqa, sliding, progress,
-                rope=with_rope, bits=bits)  # fmt: skip
+                rope=with_rope, bits=bits, value_dim=value_dim)  # fmt: skip
 
 
 def cuda_prefill_shapes(layout: KVLayout) -> PrefillShapes | None:

@@ -22,8 +22,10 @@ def make_case(
     block_size: int,
     dtype,
     spare_blocks: int = 7,
+    value_dim: int | None = None,
 ):
-    """Pages, tables and queries for rows of lengths `lens`; block 0 is the null block."""
+    """Pages, tables and queries for rows of lengths `lens`; block 0 is the null block; V
+    pages of `value_dim` (default: `head_dim`)."""
     rng = np.random.default_rng(seed)
     needed = [math.ceil(n / block_size) for n in lens]
     num_blocks = 1 + sum(needed) + spare_blocks
@@ -36,7 +38,8 @@ def make_case(
         at += n
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     k_pages = mx.array(rng.standard_normal(shape, np.float32)).astype(dtype)
-    v_pages = mx.array(rng.standard_normal(shape, np.float32)).astype(dtype)
+    v_shape = (*shape[:3], value_dim or head_dim)
+    v_pages = mx.array(rng.standard_normal(v_shape, np.float32)).astype(dtype)
     queries = mx.array(
         rng.standard_normal((len(lens), num_kv_heads * gqa, 1, head_dim), np.float32)
     ).astype(dtype)

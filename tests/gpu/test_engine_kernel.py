@@ -108,21 +108,39 @@ def test_gemma4_global_layers_of_head_size_512_decode_on_the_kernel(tmp_path):
     assert kernel_calls.get(("kernel", "decode"), 0) >= 4 * 39  # 4 layers, 39 steps at least
 
 
-def test_v_heads_of_another_size_decode_on_the_reference_path_with_mlx_lm_tokens(tmp_path):
-    """mimo_v2_flash's V heads (16) are smaller than its K heads (32): no kernel takes them,
-    so "auto" decodes on the reference path, prefill takes MLX's own SDPA, and the greedy
-    tokens are mlx-lm's single-sequence ones."""
+def _mlx_lm_and_engine_tokens(folder, prompts, steps=24):
+    """mlx-lm's single-sequence greedy tokens for `prompts`, the engine's under "auto", and
+    the engine's attention calls."""
     from mlx_lm import load
     from mlx_lm.generate import generate_step
 
-    folder = build_model(tmp_path / "mimo", "mimo_v2_flash")
     model, _ = load(str(folder))
-    prompts = [list(range(5, 45)), [7, 8, 9]]
     expected = [
-        [int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(24))] for p in prompts
+        [int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(steps))]
+        for p in prompts
     ]
     llm = LLM(str(folder), block_size=16, num_blocks=64)
-    params = SamplingParams(max_tokens=24, ignore_eos=True)
-    assert [r.token_ids for r in llm.generate(prompts, params)] == expected
-    calls = llm.engine.runner.pool.attention_calls
+    params = SamplingParams(max_tokens=steps, ignore_eos=True)
+    tokens = [r.token_ids for r in llm.generate(prompts, params)]
+    return expected, tokens, llm.engine.runner.pool.attention_calls
+
+
+def test_v_heads_of_another_size_decode_on_the_kernel_with_mlx_lm_tokens(tmp_path):
+    """mimo_v2_flash without sinks at K 192 / V 128 (expanded MLA's sizes): every decode
+    step's attention runs the SIMT kernels, and the greedy tokens are mlx-lm's."""
+    folder = build_model(
+        tmp_path / "mimo", "mimo_v2_flash", head_dim=192, v_head_dim=128, swa_head_dim=192,
+        swa_v_head_dim=128, add_swa_attention_sink_bias=False,
+    )  # fmt: skip
+    expected, tokens, calls = _mlx_lm_and_engine_tokens(folder, [list(range(5, 45)), [7, 8, 9]])
+    assert tokens == expected
+    assert calls.get(("reference", "decode"), 0) == 0 and calls.get(("kernel", "decode"), 0) > 0
+
+
+def test_sinks_decode_on_the_reference_path_with_mlx_lm_tokens(tmp_path):
+    """mimo_v2_flash's window layers add attention sinks, which no kernel computes: "auto"
+    decodes on the reference path, and the greedy tokens are mlx-lm's single-sequence ones."""
+    folder = build_model(tmp_path / "mimo", "mimo_v2_flash")
+    expected, tokens, calls = _mlx_lm_and_engine_tokens(folder, [list(range(5, 45)), [7, 8, 9]])
+    assert tokens == expected
     assert calls.get(("kernel", "decode"), 0) == 0 and calls.get(("reference", "decode"), 0) > 0

@@ -73,6 +73,33 @@ def test_every_kernel_matches_reference(case):
     _assert_kernels_match(inputs, ref, (None,) + kernels, dtype, scale, window)
 
 
+# (dtype, K head size, V head size, block size, gqa, window): expanded MLA's 192/128 and
+# mimo_v2_flash's window layers among them.
+VALUE_DIM_CASES = [
+    (BF16, 192, 128, 16, 1, None),
+    (BF16, 192, 128, 32, 8, 100),
+    (F16, 192, 128, 16, 4, None),
+    (F32, 128, 64, 8, 2, None),
+    (F16, 64, 128, 16, 3, 37),
+]
+
+
+@pytest.mark.parametrize("case", VALUE_DIM_CASES, ids=str)
+def test_v_heads_of_their_own_size_match_reference(case):
+    dtype, head_dim, value_dim, block_size, gqa, window = case
+    lens = [1, block_size * 3 + 5, 1301, 512, 2049]
+    inputs = make_case(5, lens, num_kv_heads=2, gqa=gqa, head_dim=head_dim,
+                       block_size=block_size, dtype=dtype, value_dim=value_dim)  # fmt: skip
+    scale = head_dim**-0.5
+    ref = reference(*inputs, scale, window)
+    assert ref.shape == (len(lens), 2 * gqa, 1, value_dim)
+    for kernel in (None, *SIMT):
+        out = paged_attention_decode(*inputs, scale=scale, window=window, kernel=kernel)
+        assert out.dtype == dtype and out.shape == ref.shape
+        err = max_error(out, ref)
+        assert err <= TOLERANCE[dtype], f"{kernel}: max abs error {err}"
+
+
 @pytest.mark.parametrize("batch", [1, 3, 64, 256])
 def test_batch_sizes(batch):
     rng = np.random.default_rng(batch)

@@ -10,7 +10,12 @@ import pytest
 
 from mlx_paged.codegen.build import KernelDefinition
 from mlx_paged.kernels import gated_delta
-from mlx_paged.kernels.catalog import all_specs, quantized_specs, representative_specs
+from mlx_paged.kernels.catalog import (
+    all_specs,
+    quantized_specs,
+    representative_specs,
+    value_dim_specs,
+)
 from mlx_paged.kernels.gated_delta import gated_delta_specs, gated_delta_step_specs
 from mlx_paged.kernels.kernel_spec import KernelSpec
 from mlx_paged.kernels.paged_attention_geometry import define
@@ -27,7 +32,7 @@ def test_every_representative_spec_compiles():
         spec.name: check_cuda_source(define(spec))
         for spec in representative_specs("cuda") + [LLAMA]
     }
-    assert len(reports) == 23
+    assert len(reports) == 26
     for name, report in reports.items():
         assert 0 < report.registers <= 255, name
     # The shape the benchmarks and the 1B llama run: compiled without spilling.
@@ -41,6 +46,17 @@ def test_routed_cuda_kernels_compile_without_spilling():
     for spec in routed_specs("cuda", mx.bfloat16, 128, 16, 4, False):
         report = check_cuda_source(define(spec))
         assert report.spill_bytes == 0 and 0 < report.registers <= 255, (spec.name, report)
+
+
+def test_value_dim_cuda_kernels_compile_without_spilling():
+    """Up to GQA 4 in half precision; at GQA 8, K 192 / V 128 spills a little (76 bytes in
+    blocks of 32), as fp32 does."""
+    for spec in value_dim_specs("cuda"):
+        report = check_cuda_source(define(spec))
+        assert 0 < report.registers <= 255, (spec.name, report)
+        small = spec.dtype != "float32" and spec.gqa <= 4
+        assert report.spill_bytes == 0 or not small, (spec.name, report)
+        assert report.spill_bytes <= 128 or spec.dtype == "float32", (spec.name, report)
 
 
 def test_quantized_cuda_kernels_compile_without_spilling():

@@ -12,7 +12,7 @@ import mlx.core as mx
 import pytest
 
 from mlx_paged.codegen.metal_check import MetalCheckError, check_metal_source
-from mlx_paged.kernels.catalog import quantized_specs, representative_specs
+from mlx_paged.kernels.catalog import quantized_specs, representative_specs, value_dim_specs
 from mlx_paged.kernels.gated_delta import (
     GatedDeltaSpec,
     gated_delta_specs,
@@ -36,6 +36,8 @@ GOLDEN_SPECS = [
     QuantizeRowsSpec("metal", "bfloat16", 128, 4, 4, 32),
     GatedDeltaSpec("metal", "bfloat16", 16, 32, 128, 128),  # Qwen3.5's recurrence
     GatedDeltaSpec("metal", "bfloat16", 16, 16, 128, 128, 4),  # and its decode step
+    # Expanded MLA's K 192 / V 128.
+    KernelSpec("decode_simt", "metal", "bfloat16", 192, 16, 1, value_dim=128),
 ]
 
 
@@ -52,6 +54,14 @@ def test_representative_metal_specs_compile():
     assert {s.kernel for s in specs} == {"decode_simt", "decode_simt_splitk", "decode_reduce"}
     for spec in specs:
         check_metal_source(capture_metal_source(spec), spec.name)
+
+
+def test_value_dim_metal_specs_compile():
+    """V pages of their own head size: the outputs take it."""
+    for spec in value_dim_specs("metal"):
+        source = capture_metal_source(spec)
+        check_metal_source(source, spec.name)
+        assert f"constexpr int VALUE_DIM = {spec.value_dim};" in source
 
 
 def test_quantized_metal_specs_compile():

@@ -5,6 +5,8 @@ gemma2 and llama4, whose attention adapters hand paged attention a score cap or 
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mlx_paged import LLM, SamplingParams
@@ -74,9 +76,10 @@ def test_fused_rope_is_refused_where_an_adapter_computes_what_it_cannot(
         LLM(str(tiny_model_dir(model_type)), num_blocks=16, fused_rope="on")
 
 
-def test_v_heads_of_another_size_than_k_take_16_bit_pages_and_the_reference_path(tiny_model_dir):
+def test_v_heads_of_another_size_than_k_take_16_bit_pages_and_the_simt_kernels(tiny_model_dir):
     """mimo_v2_flash (K heads 32, V heads 16): its pages keep V at its own size; quantized
-    pages and the decode kernels, which take equal sizes, are refused with the reason."""
+    pages, which take equal sizes, are refused with the reason; the SIMT decode kernels take
+    such layers at head sizes they are generated for."""
     from mlx_lm import load
 
     from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
@@ -95,5 +98,10 @@ def test_v_heads_of_another_size_than_k_take_16_bit_pages_and_the_reference_path
     install_attention_hook()
     layout = probe_kv_layout(model)
     assert layout.values_differ and layout.shapes[0] == (2, 32, 4, 16)
-    with pytest.raises(UnsupportedSpecError, match="V heads of the K head size"):
-        _check_kernel_shape("cuda", layout.by_shape()[0], 16, (16, 16, 0))
+    shape = layout.by_shape()[0]
+    assert shape.value_dim == 16
+    with pytest.raises(UnsupportedSpecError, match="head_dim=32 is not generated"):
+        _check_kernel_shape("cuda", shape, 16, (16, 16, 0))
+    # At K and V head sizes the kernels are generated for, the SIMT kernels take the layer.
+    _check_kernel_shape("cuda", dataclasses.replace(shape, head_dim=192, value_head_dim=128), 16,
+                        (16, 16, 0))  # fmt: skip

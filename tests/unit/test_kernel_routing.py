@@ -33,6 +33,18 @@ def test_simt_kernels_serve_where_tensor_cores_are_not_measured(args):
     assert route(*args, 1024, 32768) == Route("decode_simt", 0)  # the GPU is full
 
 
+def test_v_heads_of_their_own_size_take_the_simt_kernels():
+    # Where the tensor cores would serve K's head size, V heads of 64 go to SIMT.
+    assert route("cuda", BF16, 128, 16, 256, 512, value_dim=64) == Route("decode_simt", 0)
+    assert route("cuda", BF16, 128, 16, 8, 32768, value_dim=64) == Route("decode_simt_splitk", 512)
+    specs = routed_specs("cuda", BF16, 192, 16, 1, False, value_dim=128)
+    assert [s.name for s in specs] == [
+        "decode_simt_cuda_bf16_hd192_dv128_bs16_g1",
+        "decode_simt_splitk_cuda_bf16_hd192_dv128_bs16_g1_p512",
+        "decode_reduce_cuda_bf16_hd192_dv128_bs16_g1_p512",
+    ]
+
+
 def test_tensor_core_single_pass_from_40_groups_wide_up_to_72():
     assert tc(32, 8192) == Route("decode_tc_splitk", 1024)
     assert tc(40, 8192) == Route("decode_tc_wide", 0)

@@ -14,7 +14,12 @@ from mlx_paged.codegen.build import (
     check_definition,
     cuda_dynamic_shared,
 )
-from mlx_paged.kernels.catalog import all_specs, quantized_specs, representative_specs
+from mlx_paged.kernels.catalog import (
+    all_specs,
+    quantized_specs,
+    representative_specs,
+    value_dim_specs,
+)
 from mlx_paged.kernels.kernel_spec import KERNELS, KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.paged_attention_geometry import Geometry, define, geometry, ring_slot_bytes
 
@@ -33,17 +38,19 @@ def test_names_say_kernel_and_shape_and_parse_back():
     split = KernelSpec("decode_tc_splitk", "cuda", "float16", 64, 32, 8, 1024, True)
     assert split.name == "decode_tc_splitk_cuda_f16_hd64_bs32_g8_p1024_sw"
     for backend in ("metal", "cuda"):
-        for s in all_specs(backend):
+        for s in all_specs(backend) + value_dim_specs(backend):
             assert KernelSpec.parse(s.name) == s
+    mla = KernelSpec("decode_simt", "cuda", "bfloat16", 192, 16, 1, value_dim=128)
+    assert mla.name == "decode_simt_cuda_bf16_hd192_dv128_bs16_g1" and mla.v_dim == 128
 
 
 def test_the_catalog_is_the_routed_kernels_at_every_shape():
     metal, cuda = all_specs("metal"), all_specs("cuda")
-    # 3 SIMT kernels (and the RoPE forms of the two pass-1 ones) x 3 dtypes x 6 head sizes x
+    # 3 SIMT kernels (and the RoPE forms of the two pass-1 ones) x 3 dtypes x 7 head sizes x
     # 3 blocks x 8 groups x 2 window flags ...
-    assert len(metal) == (3 + 2) * 3 * 6 * 3 * 8 * 2
+    assert len(metal) == (3 + 2) * 3 * 7 * 3 * 8 * 2
     assert {s.kernel for s in metal} == {"decode_simt", "decode_simt_splitk", "decode_reduce"}
-    assert sum(s.rope for s in metal) == 2 * 3 * 6 * 3 * 8 * 2
+    assert sum(s.rope for s in metal) == 2 * 3 * 7 * 3 * 8 * 2
     # ... and on CUDA the tensor-core kernels (6 specs: the direct split-K at 3 lengths, each
     # with and without RoPE) at bf16/fp16, head_dim 64/128, blocks of 16/32.
     assert len(cuda) == len(metal) + 2 * 6 * 2 * 2 * 2 * 8 * 2
@@ -67,6 +74,10 @@ def test_the_catalog_is_the_routed_kernels_at_every_shape():
         (dict(kernel="decode_tc", backend="cuda", dtype="float32"), "bf16/fp16"),
         (dict(kernel="decode_tc", backend="cuda", block_size=8), "16-token sub-pages"),
         (dict(kernel="decode_tc", backend="cuda", head_dim=96), "head_dim 64 and 128"),
+        (dict(value_dim=128), "only where it differs"),
+        (dict(value_dim=100), "V head sizes are"),
+        (dict(value_dim=64, kernel="decode_tc", backend="cuda"), "tensor-core kernels take K"),
+        (dict(value_dim=64, k_bits=8, v_bits=8, group_size=32), "quantized pages take K"),
     ],
 )
 def test_unsupported_specs_raise_naming_the_spec(kwargs, message):
@@ -107,35 +118,45 @@ def test_unknown_kernels_and_garbage_names_are_refused():
             128,
             16,
             4,
-            Geometry(nsg=4, tpr=16, epl=8, chunk=8, vector_loads=True, stages=1, stage_rows=0),
+            Geometry(
+                nsg=4, tpr=16, epl=8, chunk=8, vector_loads=True, stages=1, stage_rows=0, epl_v=8
+            ),
         ),
         (
             "bfloat16",
             128,
             16,
             8,
-            Geometry(nsg=4, tpr=16, epl=8, chunk=4, vector_loads=True, stages=1, stage_rows=0),
+            Geometry(
+                nsg=4, tpr=16, epl=8, chunk=4, vector_loads=True, stages=1, stage_rows=0, epl_v=8
+            ),
         ),
         (
             "float32",
             128,
             16,
             4,
-            Geometry(nsg=4, tpr=32, epl=4, chunk=8, vector_loads=True, stages=1, stage_rows=0),
+            Geometry(
+                nsg=4, tpr=32, epl=4, chunk=8, vector_loads=True, stages=1, stage_rows=0, epl_v=4
+            ),
         ),
         (
             "bfloat16",
             80,
             8,
             3,
-            Geometry(nsg=4, tpr=8, epl=10, chunk=2, vector_loads=False, stages=1, stage_rows=0),
+            Geometry(
+                nsg=4, tpr=8, epl=10, chunk=2, vector_loads=False, stages=1, stage_rows=0, epl_v=10
+            ),
         ),
         (
             "float32",
             96,
             32,
             1,
-            Geometry(nsg=4, tpr=16, epl=6, chunk=16, vector_loads=False, stages=1, stage_rows=0),
+            Geometry(
+                nsg=4, tpr=16, epl=6, chunk=16, vector_loads=False, stages=1, stage_rows=0, epl_v=6
+            ),
         ),
         # 4 simdgroups x 8 heads x 256 dims of fp32 would need 33 KB: halved to 2 simdgroups.
         (
@@ -143,12 +164,32 @@ def test_unknown_kernels_and_garbage_names_are_refused():
             256,
             16,
             8,
-            Geometry(nsg=2, tpr=32, epl=8, chunk=4, vector_loads=True, stages=1, stage_rows=0),
+            Geometry(
+                nsg=2, tpr=32, epl=8, chunk=4, vector_loads=True, stages=1, stage_rows=0, epl_v=8
+            ),
         ),
     ],
 )
 def test_simt_geometry(dtype, hd, bs, g, expected):
     assert geometry(KernelSpec("decode_simt", "cuda", dtype, hd, bs, g)) == expected
+
+
+def test_value_heads_of_their_own_size_split_both_rows_into_whole_vectors():
+    # K 192 / V 128 in bf16: 16 lanes a row hold 12 and 8 values (K's 24 bytes load element
+    # by element); K 64 / V 128: 8 lanes, 8 and 16 values, whole 16-byte vectors.
+    spec = KernelSpec("decode_simt", "cuda", "bfloat16", 192, 16, 4, value_dim=128)
+    geo = geometry(spec)
+    assert (geo.tpr, geo.epl, geo.epl_v, geo.vector_loads) == (16, 12, 8, False)
+    wide_v = geometry(dataclasses.replace(spec, head_dim=64))
+    assert (wide_v.tpr, wide_v.epl, wide_v.epl_v, wide_v.vector_loads) == (8, 8, 16, True)
+    # The merge buffer and the outputs are V's size.
+    assert define(spec).threadgroup_bytes == 4 * geo.nsg * 4 * (128 + 2)
+    source = define(spec).source
+    assert "constexpr int VALUE_DIM = 128;" in source and "constexpr int EPL_V = 8;" in source
+    with pytest.raises(UnsupportedSpecError, match="RoPE kernels take K and V of one head size"):
+        dataclasses.replace(spec, rope=True)
+    reduce = KernelSpec("decode_reduce", "cuda", "bfloat16", 192, 16, 4, 512, value_dim=128)
+    assert "constexpr int VALUE_DIM = 128;" in define(reduce).source
 
 
 def test_tensor_core_kernels_geometry_and_ring():
@@ -218,8 +259,8 @@ def test_metal_names_appear_literally_and_cuda_uses_its_own():
         assert "blockIdx" in cuda.source and "threadgroup_barrier" not in cuda.source
         assert "__syncthreads" not in source and "__shfl" not in source
         if not metal.is_reduce:
-            assert "threadgroup float tg_o[NSG][GQA][HEAD_DIM];" in source
-            assert "__shared__ float tg_o[NSG][GQA][HEAD_DIM];" in cuda.source
+            assert "threadgroup float tg_o[NSG][GQA][VALUE_DIM];" in source
+            assert "__shared__ float tg_o[NSG][GQA][VALUE_DIM];" in cuda.source
 
 
 def _definition(**changes) -> KernelDefinition:

@@ -11,7 +11,7 @@ template <typename T>
   uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]],
   uint3 threadgroups_per_grid [[threadgroups_per_grid]]) {
 // decode_reduce_metal_bf16_hd128_bs16_g4_p512_sw
-constexpr int HEAD_DIM = 128;
+constexpr int VALUE_DIM = 128;  // V's head size: each output row's
 constexpr int PARTITION = 512;
 const float pr_fmin = Limits<float>::finite_min;
 
@@ -38,12 +38,12 @@ for (int p = pr_first + pr_lane; p <= pr_last; p += 32) {
 pr_sum = simd_sum(pr_sum);
 const float pr_inv = pr_sum > 0.0f ? 1.0f / pr_sum : 0.0f;
 
-for (int dim = pr_lane; dim < HEAD_DIM; dim += 32) {
+for (int dim = pr_lane; dim < VALUE_DIM; dim += 32) {
   float acc = 0.0f;
   for (int p = pr_first; p <= pr_last; ++p) {
-    acc += partial_out[(pr_base + p) * HEAD_DIM + dim] * fast::exp2(partial_max[pr_base + p] - pr_max);
+    acc += partial_out[(pr_base + p) * VALUE_DIM + dim] * fast::exp2(partial_max[pr_base + p] - pr_max);
   }
-  out[pr_row * HEAD_DIM + dim] = static_cast<T>(acc * pr_inv);
+  out[pr_row * VALUE_DIM + dim] = static_cast<T>(acc * pr_inv);
 }
 
 }

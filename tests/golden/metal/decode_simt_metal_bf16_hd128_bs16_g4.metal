@@ -18,11 +18,13 @@ template <typename T>
   uint3 threadgroups_per_grid [[threadgroups_per_grid]]) {
 // decode_simt_metal_bf16_hd128_bs16_g4
 constexpr int HEAD_DIM = 128;
+constexpr int VALUE_DIM = 128;  // V's head size: each output row's
 constexpr int BLOCK_SIZE = 16;
 constexpr int GQA = 4;
 constexpr int NSG = 4;
 constexpr int TPR = 16;
 constexpr int EPL = 8;
+constexpr int EPL_V = 8;
 constexpr int RPW = 32 / TPR;
 constexpr int TOK = BLOCK_SIZE / RPW;
 constexpr int CHUNK = 8;
@@ -42,9 +44,9 @@ const int pa_len = seq_lens[pa_seq];
 int pa_begin = 0;
 int pa_end = pa_len;
 if (pa_begin >= pa_end) {
-  for (int i = pa_tid; i < GQA * HEAD_DIM; i += NSG * 32) {
-    const int g = i / HEAD_DIM;
-    out[(int64_t(pa_seq) * pa_num_kv_heads * GQA + pa_kv_head * GQA + g) * HEAD_DIM + i % HEAD_DIM] = static_cast<T>(0.0f);
+  for (int i = pa_tid; i < GQA * VALUE_DIM; i += NSG * 32) {
+    const int g = i / VALUE_DIM;
+    out[(int64_t(pa_seq) * pa_num_kv_heads * GQA + pa_kv_head * GQA + g) * VALUE_DIM + i % VALUE_DIM] = static_cast<T>(0.0f);
   }
   return;
 }
@@ -63,20 +65,20 @@ for (int g = 0; g < GQA; ++g) {
 
 float pa_m[GQA];
 float pa_l[GQA];
-float pa_o[GQA][EPL];
+float pa_o[GQA][EPL_V];
 #pragma unroll
 for (int g = 0; g < GQA; ++g) {
   pa_m[g] = pa_fmin;
   pa_l[g] = 0.0f;
   #pragma unroll
-  for (int i = 0; i < EPL; ++i) pa_o[g][i] = 0.0f;
+  for (int i = 0; i < EPL_V; ++i) pa_o[g][i] = 0.0f;
 }
 
 const int pa_first_page = pa_begin / BLOCK_SIZE;
 const int pa_last_page = (pa_end - 1) / BLOCK_SIZE;
 const int64_t pa_table_row = int64_t(pa_seq) * block_tables_strides[0];
 const int64_t pa_k_head = int64_t(pa_kv_head) * k_pages_strides[2] + pa_sub * EPL;
-const int64_t pa_v_head = int64_t(pa_kv_head) * v_pages_strides[2] + pa_sub * EPL;
+const int64_t pa_v_head = int64_t(pa_kv_head) * v_pages_strides[2] + pa_sub * EPL_V;
 // The next page's block id is fetched one page ahead, off the K/V loads' critical path.
 int64_t pa_block = pa_first_page + pa_sg <= pa_last_page
     ? int64_t(block_tables[pa_table_row + int64_t(pa_first_page + pa_sg) * block_tables_strides[1]]) : 0;
@@ -88,7 +90,7 @@ for (int page = pa_first_page + pa_sg; page <= pa_last_page; page += NSG) {
   for (int c0 = 0; c0 < TOK; c0 += CHUNK) {
     // Issue every K and V load of the chunk before any math, to keep many bytes in flight.
     T kr[CHUNK][EPL];
-    T vr[CHUNK][EPL];
+    T vr[CHUNK][EPL_V];
     #pragma unroll
     for (int t = 0; t < CHUNK; ++t) {
       const int64_t slot = (c0 + t) * RPW + pa_row;
@@ -97,7 +99,7 @@ for (int page = pa_first_page + pa_sg; page <= pa_last_page; page += NSG) {
         kr[t][j] = k_pages[(block * k_pages_strides[0] + slot * k_pages_strides[1] + pa_k_head) + j];
       }
       #pragma unroll
-      for (int j = 0; j < (EPL); ++j) {
+      for (int j = 0; j < (EPL_V); ++j) {
         vr[t][j] = v_pages[(block * v_pages_strides[0] + slot * v_pages_strides[1] + pa_v_head) + j];
       }
     }
@@ -135,7 +137,7 @@ for (int page = pa_first_page + pa_sg; page <= pa_last_page; page += NSG) {
       pa_m[g] = m_new;
       pa_l[g] *= corr;
       #pragma unroll
-      for (int i = 0; i < EPL; ++i) pa_o[g][i] *= corr;
+      for (int i = 0; i < EPL_V; ++i) pa_o[g][i] *= corr;
       #pragma unroll
       for (int t = 0; t < CHUNK; ++t) {
         s[g][t] = valid[t] ? fast::exp2(s[g][t] - m_new) : 0.0f;
@@ -145,7 +147,7 @@ for (int page = pa_first_page + pa_sg; page <= pa_last_page; page += NSG) {
     #pragma unroll
     for (int t = 0; t < CHUNK; ++t) {
       #pragma unroll
-      for (int i = 0; i < EPL; ++i) {
+      for (int i = 0; i < EPL_V; ++i) {
         const float v = static_cast<float>(vr[t][i]);
         #pragma unroll
         for (int g = 0; g < GQA; ++g) pa_o[g][i] += s[g][t] * v;
@@ -167,7 +169,7 @@ for (int mask = TPR; mask < 32; mask <<= 1) {
     pa_m[g] = m_new;
     pa_l[g] = pa_l[g] * a + l_other * b;
     #pragma unroll
-    for (int i = 0; i < EPL; ++i) {
+    for (int i = 0; i < EPL_V; ++i) {
       const float o_other = simd_shuffle_xor(pa_o[g][i], mask);
       pa_o[g][i] = pa_o[g][i] * a + o_other * b;
     }
@@ -175,14 +177,14 @@ for (int mask = TPR; mask < 32; mask <<= 1) {
 }
 
 // Merge the simdgroups through threadgroup memory.
-threadgroup float tg_o[NSG][GQA][HEAD_DIM];
+threadgroup float tg_o[NSG][GQA][VALUE_DIM];
 threadgroup float tg_m[NSG][GQA];
 threadgroup float tg_l[NSG][GQA];
 if (pa_row == 0) {
   #pragma unroll
   for (int g = 0; g < GQA; ++g) {
     #pragma unroll
-    for (int i = 0; i < EPL; ++i) tg_o[pa_sg][g][pa_sub * EPL + i] = pa_o[g][i];
+    for (int i = 0; i < EPL_V; ++i) tg_o[pa_sg][g][pa_sub * EPL_V + i] = pa_o[g][i];
     if (pa_sub == 0) {
       tg_m[pa_sg][g] = pa_m[g];
       tg_l[pa_sg][g] = pa_l[g];
@@ -190,9 +192,9 @@ if (pa_row == 0) {
   }
 }
 threadgroup_barrier(mem_flags::mem_threadgroup);
-for (int i = pa_tid; i < GQA * HEAD_DIM; i += NSG * 32) {
-  const int g = i / HEAD_DIM;
-  const int dim = i % HEAD_DIM;
+for (int i = pa_tid; i < GQA * VALUE_DIM; i += NSG * 32) {
+  const int g = i / VALUE_DIM;
+  const int dim = i % VALUE_DIM;
   float m_all = pa_fmin;
   #pragma unroll
   for (int w = 0; w < NSG; ++w) m_all = max(m_all, tg_m[w][g]);
@@ -205,7 +207,7 @@ for (int i = pa_tid; i < GQA * HEAD_DIM; i += NSG * 32) {
     o_all += tg_o[w][g][dim] * f;
   }
   const int64_t row_out = int64_t(pa_seq) * pa_num_kv_heads * GQA + pa_kv_head * GQA + g;
-  out[row_out * HEAD_DIM + dim] = static_cast<T>(o_all / l_all);
+  out[row_out * VALUE_DIM + dim] = static_cast<T>(o_all / l_all);
 }
 
 }

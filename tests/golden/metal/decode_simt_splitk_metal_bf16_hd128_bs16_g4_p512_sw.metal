@@ -21,11 +21,13 @@ template <typename T>
   uint3 threadgroups_per_grid [[threadgroups_per_grid]]) {
 // decode_simt_splitk_metal_bf16_hd128_bs16_g4_p512_sw
 constexpr int HEAD_DIM = 128;
+constexpr int VALUE_DIM = 128;  // V's head size: each output row's
 constexpr int BLOCK_SIZE = 16;
 constexpr int GQA = 4;
 constexpr int NSG = 4;
 constexpr int TPR = 16;
 constexpr int EPL = 8;
+constexpr int EPL_V = 8;
 constexpr int RPW = 32 / TPR;
 constexpr int TOK = BLOCK_SIZE / RPW;
 constexpr int CHUNK = 8;
@@ -69,20 +71,20 @@ for (int g = 0; g < GQA; ++g) {
 
 float pa_m[GQA];
 float pa_l[GQA];
-float pa_o[GQA][EPL];
+float pa_o[GQA][EPL_V];
 #pragma unroll
 for (int g = 0; g < GQA; ++g) {
   pa_m[g] = pa_fmin;
   pa_l[g] = 0.0f;
   #pragma unroll
-  for (int i = 0; i < EPL; ++i) pa_o[g][i] = 0.0f;
+  for (int i = 0; i < EPL_V; ++i) pa_o[g][i] = 0.0f;
 }
 
 const int pa_first_page = pa_begin / BLOCK_SIZE;
 const int pa_last_page = (pa_end - 1) / BLOCK_SIZE;
 const int64_t pa_table_row = int64_t(pa_seq) * block_tables_strides[0];
 const int64_t pa_k_head = int64_t(pa_kv_head) * k_pages_strides[2] + pa_sub * EPL;
-const int64_t pa_v_head = int64_t(pa_kv_head) * v_pages_strides[2] + pa_sub * EPL;
+const int64_t pa_v_head = int64_t(pa_kv_head) * v_pages_strides[2] + pa_sub * EPL_V;
 // The next page's block id is fetched one page ahead, off the K/V loads' critical path.
 int64_t pa_block = pa_first_page + pa_sg <= pa_last_page
     ? int64_t(block_tables[pa_table_row + int64_t(pa_first_page + pa_sg) * block_tables_strides[1]]) : 0;
@@ -94,7 +96,7 @@ for (int page = pa_first_page + pa_sg; page <= pa_last_page; page += NSG) {
   for (int c0 = 0; c0 < TOK; c0 += CHUNK) {
     // Issue every K and V load of the chunk before any math, to keep many bytes in flight.
     T kr[CHUNK][EPL];
-    T vr[CHUNK][EPL];
+    T vr[CHUNK][EPL_V];
     #pragma unroll
     for (int t = 0; t < CHUNK; ++t) {
       const int64_t slot = (c0 + t) * RPW + pa_row;
@@ -103,7 +105,7 @@ for (int page = pa_first_page + pa_sg; page <= pa_last_page; page += NSG) {
         kr[t][j] = k_pages[(block * k_pages_strides[0] + slot * k_pages_strides[1] + pa_k_head) + j];
       }
       #pragma unroll
-      for (int j = 0; j < (EPL); ++j) {
+      for (int j = 0; j < (EPL_V); ++j) {
         vr[t][j] = v_pages[(block * v_pages_strides[0] + slot * v_pages_strides[1] + pa_v_head) + j];
       }
     }
@@ -141,7 +143,7 @@ for (int page = pa_first_page + pa_sg; page <= pa_last_page; page += NSG) {
       pa_m[g] = m_new;
       pa_l[g] *= corr;
       #pragma unroll
-      for (int i = 0; i < EPL; ++i) pa_o[g][i] *= corr;
+      for (int i = 0; i < EPL_V; ++i) pa_o[g][i] *= corr;
       #pragma unroll
       for (int t = 0; t < CHUNK; ++t) {
         s[g][t] = valid[t] ? fast::exp2(s[g][t] - m_new) : 0.0f;
@@ -151,7 +153,7 @@ for (int page = pa_first_page + pa_sg; page <= pa_last_page; page += NSG) {
     #pragma unroll
     for (int t = 0; t < CHUNK; ++t) {
       #pragma unroll
-      for (int i = 0; i < EPL; ++i) {
+      for (int i = 0; i < EPL_V; ++i) {
         const float v = static_cast<float>(vr[t][i]);
         #pragma unroll
         for (int g = 0; g < GQA; ++g) pa_o[g][i] += s[g][t] * v;
@@ -173,7 +175,7 @@ for (int mask = TPR; mask < 32; mask <<= 1) {
     pa_m[g] = m_new;
     pa_l[g] = pa_l[g] * a + l_other * b;
     #pragma unroll
-    for (int i = 0; i < EPL; ++i) {
+    for (int i = 0; i < EPL_V; ++i) {
       const float o_other = simd_shuffle_xor(pa_o[g][i], mask);
       pa_o[g][i] = pa_o[g][i] * a + o_other * b;
     }
@@ -181,14 +183,14 @@ for (int mask = TPR; mask < 32; mask <<= 1) {
 }
 
 // Merge the simdgroups through threadgroup memory.
-threadgroup float tg_o[NSG][GQA][HEAD_DIM];
+threadgroup float tg_o[NSG][GQA][VALUE_DIM];
 threadgroup float tg_m[NSG][GQA];
 threadgroup float tg_l[NSG][GQA];
 if (pa_row == 0) {
   #pragma unroll
   for (int g = 0; g < GQA; ++g) {
     #pragma unroll
-    for (int i = 0; i < EPL; ++i) tg_o[pa_sg][g][pa_sub * EPL + i] = pa_o[g][i];
+    for (int i = 0; i < EPL_V; ++i) tg_o[pa_sg][g][pa_sub * EPL_V + i] = pa_o[g][i];
     if (pa_sub == 0) {
       tg_m[pa_sg][g] = pa_m[g];
       tg_l[pa_sg][g] = pa_l[g];
@@ -196,9 +198,9 @@ if (pa_row == 0) {
   }
 }
 threadgroup_barrier(mem_flags::mem_threadgroup);
-for (int i = pa_tid; i < GQA * HEAD_DIM; i += NSG * 32) {
-  const int g = i / HEAD_DIM;
-  const int dim = i % HEAD_DIM;
+for (int i = pa_tid; i < GQA * VALUE_DIM; i += NSG * 32) {
+  const int g = i / VALUE_DIM;
+  const int dim = i % VALUE_DIM;
   float m_all = pa_fmin;
   #pragma unroll
   for (int w = 0; w < NSG; ++w) m_all = max(m_all, tg_m[w][g]);
@@ -213,7 +215,7 @@ for (int i = pa_tid; i < GQA * HEAD_DIM; i += NSG * 32) {
   const int64_t row_out = int64_t(pa_seq) * pa_num_kv_heads * GQA + pa_kv_head * GQA + g;
   // fp32 partials, unnormalised: the reduce kernel weighs them by exp2(max - global max).
   const int64_t part_row = row_out * pa_num_parts + pa_part;
-  partial_out[part_row * HEAD_DIM + dim] = o_all;
+  partial_out[part_row * VALUE_DIM + dim] = o_all;
   if (dim == 0) {
     partial_max[part_row] = m_all;
     partial_sum[part_row] = l_all;
