@@ -232,6 +232,10 @@ VARIANTS = {
         "attention_k_eq_v": False,
         "num_global_key_value_heads": None,
     },
+    # Gemma 4 with two window layers to a global one, whose K/V (1 head of 16) is half a window
+    # layer's (2 heads of 16): two window groups, and the global layers' blocks hold two pages
+    # (page scale 2), twice the tokens.
+    "windows": {"num_hidden_layers": 6, "sliding_window_pattern": 3, "global_head_dim": 16},
 }
 # Wrappers whose text model is another family, given as "wrapper:inner" (e.g. mistral3 around
 # ministral3); the inner config goes under text_config.

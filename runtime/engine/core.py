@@ -119,9 +119,7 @@ class Engine(EngineInbox, StepRecovery):
         )  # fmt: skip
 
     def _pool_tokens(self) -> int:
-        # Admission keeps one block spare and takes a prompt's blocks in every KV cache group.
-        groups = len(self.kv.group_windows)
-        return (self.kv.block_pool.num_usable_blocks - 1) // groups * self.kv.block_size
+        return self.kv.max_request_tokens
 
     # ---- called from any thread -------------------------------------------------------------
 

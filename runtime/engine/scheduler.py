@@ -84,6 +84,8 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.running: list[Request] = []
+        # No admission after `_unstarve` until a prompt progresses (else it takes back its blocks).
+        self.admission_held = False
 
     def add_request(self, request: Request) -> None:
         request.status = RequestStatus.WAITING
@@ -104,7 +106,7 @@ class Scheduler:
         room = min(
             self.max_num_prefill_seqs - len(self.prefilling), self.max_num_seqs - len(self.running)
         )
-        if self._solo_active():
+        if self._solo_active() or self.admission_held:
             return joining
         while room > 0 and self.waiting:
             head = self.waiting[0]
@@ -189,6 +191,8 @@ class Scheduler:
             out.prefill = self._shared_chunks(paced if budget is None else min(budget, paced))
         else:
             out.prefill = self._budget_chunks(budget)
+        if out.prefill or out.starting or self.running:
+            self.admission_held = False
         self._unstarve(out)
         return out
 
@@ -200,6 +204,7 @@ class Scheduler:
         if any(self._chunk_want(r) >= 1 for r in self.prefilling):
             victim = self.prefilling[-1]
             self.requeue([victim])
+            self.admission_held = True
             if victim in out.joining:  # admitted this step: it never reaches the runner
                 out.joining.remove(victim)
 

@@ -6,13 +6,15 @@ The scheduler talks to this class only: `get_computed_blocks` (prefix-cache look
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol
 
 from mlx_paged.kv.block_pool import BlockPool
 from mlx_paged.kv.kv_cache_utils import BlockHash, KVCacheBlock, hash_request_blocks
-from mlx_paged.kv.prefix_hits import first_visible_block, group_key, longest_hit
+from mlx_paged.kv.prefix_hits import group_key, longest_hit
 from mlx_paged.kv.state_slots import StateSlots
+from mlx_paged.kv.window_blocks import SlidingWindowBlocks, cdiv
 
 
 class PagedRequest(Protocol):
@@ -23,11 +25,7 @@ class PagedRequest(Protocol):
     def all_token_ids(self) -> Sequence[int]: ...
 
 
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-class KVCacheManager:
+class KVCacheManager(SlidingWindowBlocks):
     """Owns the block table of every running request.
 
     Args:
@@ -39,6 +37,9 @@ class KVCacheManager:
         group_windows: per KV cache group (`kv_groups.py`), its sliding window, None for full
             attention. A request holds a block table per group; a window group frees the blocks
             no later query can see, and a prefix hit needs its window's blocks still cached.
+        group_scales: per group, how many pages of `block_size` tokens one of its blocks holds
+            (`KVCacheGroups.page_scale`; default 1 each): its block size is that many times
+            `block_size`, and prefix hits end where every group's blocks do.
     """
 
     def __init__(
@@ -48,10 +49,14 @@ class KVCacheManager:
         enable_caching: bool = True,
         state_slots: StateSlots | None = None,
         group_windows: tuple[int | None, ...] = (None,),
+        group_scales: tuple[int, ...] = (),
     ):
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
+        self.group_scales = group_scales or (1,) * len(group_windows)
+        # Per group, tokens per block.
+        self.group_block_sizes = tuple(s * block_size for s in self.group_scales)
         self.enable_caching = enable_caching
         self.block_pool = BlockPool(num_blocks, enable_caching)
         self.group_windows = group_windows
@@ -60,8 +65,17 @@ class KVCacheManager:
         # Per request, per group, how many leading blocks the window has already left.
         self.num_freed: dict[str, list[int]] = {}
         self.req_to_block_hashes: dict[str, list[BlockHash]] = {}
-        self.num_cached_block: dict[str, int] = {}
+        # Per request, per group, how many leading blocks are registered in the prefix cache.
+        self.num_cached_block: dict[str, list[int]] = {}
         self.state_slots = state_slots
+
+    @property
+    def max_request_tokens(self) -> int:
+        """The most tokens one request can hold with a block spare (admission keeps one) where
+        every group holds blocks for all of them: a bound that always fits."""
+        step = math.lcm(*self.group_scales)  # pages after which every group's blocks end
+        blocks = sum(step // s for s in self.group_scales)
+        return (self.block_pool.num_usable_blocks - 1) // blocks * step * self.block_size
 
     def _block_hashes(self, request: PagedRequest) -> list[BlockHash]:
         """The request's full-block hashes, extended incrementally as tokens arrive."""
@@ -84,9 +98,8 @@ class KVCacheManager:
             return [[] for _ in self.group_windows], 0
         max_blocks = (len(request.all_token_ids) - 1) // self.block_size
         hashes = self._block_hashes(request)[:max_blocks]
-        return longest_hit(
-            self.block_pool, hashes, self.group_windows, self.block_size, self.state_slots
-        )
+        return longest_hit(self.block_pool, hashes, self.group_windows, self.block_size,
+                           self.group_scales, self.state_slots)  # fmt: skip
 
     def num_blocks_needed(
         self,
@@ -98,11 +111,11 @@ class KVCacheManager:
         """New blocks `allocate_slots` would take from the free queue for this request."""
         held = self.req_to_blocks.get(request.request_id)
         hits = list(new_computed_blocks) or [[] for _ in self.group_windows]
-        start = request.num_computed_tokens + len(hits[0]) * self.block_size
+        start = request.num_computed_tokens + len(hits[0]) * self.group_block_sizes[0]
         needed = 0
         for g, group_hits in enumerate(hits):
             new = num_new_tokens if g == 0 or window_tokens is None else window_tokens
-            blocks = cdiv(start + new, self.block_size)
+            blocks = cdiv(start + new, self.group_block_sizes[g])
             have = len(held[g]) if held else 0
             # Reviving a free cached block takes it off the free queue too.
             revived = sum(1 for b in group_hits if b.ref_cnt == 0 and not b.is_null)
@@ -150,15 +163,17 @@ class KVCacheManager:
             for blocks, group_hits in zip(groups, hits):
                 self.block_pool.touch(group_hits)
                 blocks.extend(group_hits)
-            self.num_cached_block[request.request_id] = len(hits[0])
-        start = request.num_computed_tokens + (len(hits[0]) * self.block_size if hits else 0)
+            self.num_cached_block[request.request_id] = [len(h) for h in hits]
+        start = request.num_computed_tokens + (
+            len(hits[0]) * self.group_block_sizes[0] if hits else 0
+        )
         new_blocks = []
         for g, blocks in enumerate(groups):
             num_tokens = start + (
                 num_new_tokens if g == 0 or window_tokens is None else window_tokens
             )
             new = self.block_pool.get_new_blocks(
-                max(cdiv(num_tokens, self.block_size) - len(blocks), 0)
+                max(cdiv(num_tokens, self.group_block_sizes[g]) - len(blocks), 0)
             )
             blocks.extend(new)
             new_blocks += new
@@ -180,31 +195,20 @@ class KVCacheManager:
 
     def _cache_full_blocks(self, request, groups, num_computed_tokens: int) -> None:
         num_tokens = min(num_computed_tokens, len(request.all_token_ids))
-        num_full = min(num_tokens // self.block_size, len(groups[0]))
-        start = self.num_cached_block.get(request.request_id, 0)
-        if num_full <= start:
-            return
-        hashes = self._block_hashes(request)
+        cached = self.num_cached_block.setdefault(request.request_id, [0] * len(groups))
+        hashes = None
         for g, blocks in enumerate(groups):
-            for i in range(start, num_full):
-                if not blocks[i].is_null:
-                    self.block_pool.cache_full_block(blocks[i], group_key(g, hashes[i]))
-        self.num_cached_block[request.request_id] = num_full
-
-    def _free_out_of_window(self, request, groups, num_computed: int) -> None:
-        freed = self.num_freed.setdefault(request.request_id, [0] * len(groups))
-        # The next query sits at `num_computed`, or one before it where a decode step has
-        # counted the token it feeds.
-        position = max(num_computed - 1, 0)
-        for g, window in enumerate(self.group_windows):
-            if window is None:
+            scale = self.group_scales[g]
+            num_full = min(num_tokens // self.group_block_sizes[g], len(blocks))
+            if num_full <= cached[g]:
                 continue
-            first = first_visible_block(position, window, self.block_size)
-            blocks, end = groups[g], min(first, len(groups[g]))
-            gone = blocks[freed[g] : end]
-            self.block_pool.free_blocks(list(reversed(gone)))
-            blocks[freed[g] : end] = [self.block_pool.null_block] * len(gone)
-            freed[g] = max(freed[g], end)
+            hashes = hashes or self._block_hashes(request)
+            # A block of several pages is cached under the hash of its last page.
+            for i in range(cached[g], num_full):
+                if not blocks[i].is_null:
+                    key = group_key(g, hashes[(i + 1) * scale - 1])
+                    self.block_pool.cache_full_block(blocks[i], key)
+            cached[g] = num_full
 
     def free(self, request: PagedRequest, cache_computed: bool = False) -> None:
         """Release the request's blocks, tail first, so its most specific blocks go first.
@@ -254,25 +258,11 @@ class KVCacheManager:
             self.cache_blocks(request, request.num_computed_tokens)
         groups = self.req_to_blocks.get(request.request_id)
         # Most steps: the token's slot is in a block the request holds, and nothing changes.
-        if groups and request.num_computed_tokens < min(map(len, groups)) * self.block_size:
+        if groups and request.num_computed_tokens < min(
+            len(blocks) * size for blocks, size in zip(groups, self.group_block_sizes)
+        ):
             return True
         return self.allocate_slots(request, 1) is not None
-
-    def allocate_chunk(self, request, num_tokens: int) -> bool:
-        """Room in the window groups for the prompt's next `num_tokens` (the full group holds
-        the whole prompt from admission), after freeing what their windows left; False if the
-        pool cannot hold them (nothing taken)."""
-        groups = self.req_to_blocks.get(request.request_id)
-        if groups is None or len(groups) == 1:
-            return True
-        self._free_out_of_window(request, groups, request.num_computed_tokens)
-        blocks = cdiv(request.num_computed_tokens + num_tokens, self.block_size)
-        wanted = [max(blocks - len(group), 0) for group in groups[1:]]
-        if sum(wanted) > self.block_pool.num_free_blocks:
-            return False
-        for group, n in zip(groups[1:], wanted):
-            group.extend(self.block_pool.get_new_blocks(n))
-        return True
 
     def save_state_snapshot(self, request: PagedRequest, num_tokens: int) -> int | None:
         """A slot for the request's state after its first `num_tokens` tokens (a multiple of

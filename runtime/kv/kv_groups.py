@@ -7,6 +7,11 @@ time. The layers at the same place in their groups share one page array (`layer_
 block of that array holds, for the group that owns the block, its layer's K/V. So one block
 costs the same bytes in every group, all groups draw on the one pool, and a window group frees
 the blocks its window left behind.
+
+A group whose layers cache fewer K/V bytes a token (Gemma 4's global layers: another head size,
+fewer KV heads) reads the shared arrays as `page_scale` times as many pages of its own shape:
+its block b is pages b x scale ... b x scale + scale - 1 there, so its blocks hold scale times
+the tokens (vLLM's block size per group: every block has the same bytes, none half empty).
 """
 
 from __future__ import annotations
@@ -22,6 +27,16 @@ class KVCacheGroups:
     windows: tuple[int | None, ...]
     layer_group: tuple[int, ...]
     layer_array: tuple[int, ...]
+    page_scale: tuple[int, ...] = ()  # per group, pages a block holds; empty: 1 for every group
+
+    def scale(self, group: int) -> int:
+        """Pages of `group`'s shape per block of the shared arrays."""
+        return self.page_scale[group] if self.page_scale else 1
+
+    @property
+    def scales(self) -> tuple[int, ...]:
+        """Per group, pages a block holds."""
+        return tuple(self.scale(g) for g in range(self.num_groups))
 
     @property
     def num_groups(self) -> int:
@@ -33,10 +48,12 @@ class KVCacheGroups:
 
     @property
     def array_layers(self) -> list[int]:
-        """Per page array, the first layer keeping its K/V there (all share its shape)."""
+        """Per page array, the first layer keeping its K/V there at the array's own shape (a
+        layer of a group of page scale 1)."""
         first: dict[int, int] = {}
         for layer, array in enumerate(self.layer_array):
-            first.setdefault(array, layer)
+            if self.scale(self.layer_group[layer]) == 1:
+                first.setdefault(array, layer)
         return [first[a] for a in range(self.num_arrays)]
 
     @classmethod
@@ -56,22 +73,42 @@ class KVCacheGroups:
 
 
 def plan_groups(windows: list[int | None], shapes: list) -> tuple[KVCacheGroups, str | None]:
-    """The groups for attention layers with these sliding `windows` and page `shapes`, and,
-    where every layer stays in one group though some have windows, why."""
+    """The groups for attention layers with these sliding `windows` and `shapes` (KV heads, K
+    head size, query heads, V head size), and, where every layer stays in one group though some
+    have windows, why."""
     single = KVCacheGroups.single(len(windows))
     window_layers = [i for i, w in enumerate(windows) if w is not None]
     if not window_layers:
         return single, None
-    if len(set(shapes)) > 1:
-        return single, "its layers cache K/V of several shapes, which cannot share page arrays"
     full = [i for i, w in enumerate(windows) if w is None]
     size = len(full) or len(window_layers)
     members = [full] if full else []
     members += [window_layers[i : i + size] for i in range(0, len(window_layers), size)]
+    scales, why = _page_scales([[shapes[i] for i in m] for m in members])
+    if why is not None:
+        return single, why
     # A window group frees what its widest layer can no longer see.
     group_windows = tuple(None if m is full else max(windows[i] for i in m) for m in members)
     layer_group, layer_array = [0] * len(windows), [0] * len(windows)
     for g, m in enumerate(members):
         for place, layer in enumerate(m):
             layer_group[layer], layer_array[layer] = g, place
-    return KVCacheGroups(group_windows, tuple(layer_group), tuple(layer_array)), None
+    page_scale = scales if any(s > 1 for s in scales) else ()
+    return KVCacheGroups(group_windows, tuple(layer_group), tuple(layer_array), page_scale), None
+
+
+def _page_scales(group_shapes: list[list[tuple]]) -> tuple[tuple[int, ...], str | None]:
+    """Per group, how many pages of its shape one block of the shared arrays holds: 1 for the
+    groups of the most bytes a token; a smaller shape must divide it, in K and in V alike, by
+    a power of two."""
+    if any(len(set(shapes)) > 1 for shapes in group_shapes):
+        return (), "layers of one group cache K/V of several shapes"
+    sizes = [(h * k, h * v) for (h, k, _, v), *_ in group_shapes]
+    big_k, big_v = max(sizes)
+    scales = []
+    for k, v in sizes:
+        scale = big_k // k
+        if big_k % k or big_v % v or big_v // v != scale or scale & (scale - 1):
+            return (), "its layers' K/V shapes do not divide one another"
+        scales.append(scale)
+    return tuple(scales), None

@@ -115,11 +115,17 @@ class PagedKVPool:
         # size, V head size) where layers differ (Gemma 4's global layers) or V heads differ
         # from K heads; a block id addresses the same tokens in each.
         shapes = layer_shapes or [(num_kv_heads, head_dim, head_dim)] * num_layers
-        first = {a: layer for layer, a in reversed(list(enumerate(self.layer_array)))}
-        arrays = [shapes[first[a]] for a in range(len(first))]
+        arrays = [shapes[layer] for layer in self.groups.array_layers]
         self.page_shapes = [(num_blocks, block_size, h, k) for h, k, _ in arrays]
         self.value_dims = [v for _, _, v in arrays]
-        self.max_kv_heads = max(s[2] for s in self.page_shapes)
+        self.max_kv_heads = max(h for h, _, _ in shapes)
+        # Per layer of another shape than its array's, the K and V shapes it reads the array
+        # as: its group's page scale times the pages (`kv_groups.py`).
+        self.layer_views: list[tuple | None] = [None] * num_layers
+        for layer, (h, k, v) in enumerate(shapes):
+            if (h, k, v) != arrays[self.layer_array[layer]]:
+                pages = num_blocks * self.groups.scale(self.groups.layer_group[layer])
+                self.layer_views[layer] = ((pages, block_size, h, k), (pages, block_size, h, v))
         # K and V bits per value (16: the model's dtype), quantized in groups of `group_size`.
         self.k_bits, self.v_bits, self.group_size = k_bits, v_bits, group_size
         # Set by the paged setup: "metal"/"cuda" when decode runs the generated kernel.
@@ -175,6 +181,10 @@ class PagedKVPool:
             self.pages = self._zero_pages()
             return True
 
+    def layer_pages(self, layer: int):
+        """`layer`'s pages in its own shape (a view of its array where that differs)."""
+        return _viewed(self.pages[self.layer_array[layer]], self.layer_views[layer])
+
     def write(
         self, layer: int, keys: mx.array, values: mx.array, slot_mapping: tuple[mx.array, mx.array]
     ) -> None:
@@ -186,13 +196,19 @@ class PagedKVPool:
             if length > 1:
                 x = x.transpose(0, 2, 1, 3)
             new.append(x.reshape(batch * length, heads, dim).astype(self.dtype))
-        array = self.layer_array[layer]
-        pages = self.pages[array]
+        array, view = self.layer_array[layer], self.layer_views[layer]
+        own = (self.page_shapes[array], (*self.page_shapes[array][:3], self.value_dims[array]))
+        pages = _viewed(self.pages[array], view)
         self.pages[array] = None  # drop our reference before the scatter: it may reuse the buffer
         try:
             pages = pages.write(slot_mapping, *new)
         finally:
-            self.pages[array] = pages
+            self.pages[array] = _viewed(pages, view and own)
+
+
+def _viewed(pages, shapes):
+    """16-bit `pages` reshaped to K and V `shapes` (no copy), or as they are for None."""
+    return pages if shapes is None else KVPages(*(x.reshape(s) for x, s in zip(pages, shapes)))
 
 
 @dataclass
@@ -236,11 +252,11 @@ class PagedLayerCache:
     @property
     def k_pages(self):
         """This layer's K pages: an array, or the K side of quantized pages."""
-        return self.pool.pages[self.pool.layer_array[self.layer]].k
+        return self.pool.layer_pages(self.layer).k
 
     @property
     def v_pages(self):
-        return self.pool.pages[self.pool.layer_array[self.layer]].v
+        return self.pool.layer_pages(self.layer).v
 
 
 def split_slots(slots, block_size: int) -> tuple[mx.array, mx.array]:

@@ -8,6 +8,8 @@ needs a snapshot exactly there. The hit is the longest prefix on which they all 
 
 from __future__ import annotations
 
+import math
+
 from mlx_paged.kv.block_pool import BlockPool
 from mlx_paged.kv.kv_cache_utils import BlockHash, KVCacheBlock
 
@@ -25,33 +27,42 @@ def first_visible_block(position: int, window: int | None, block_size: int) -> i
 
 
 def longest_hit(
-    pool: BlockPool, hashes: list[BlockHash], windows: tuple, block_size: int, state_slots=None
+    pool: BlockPool,
+    hashes: list[BlockHash],
+    windows: tuple,
+    block_size: int,
+    scales: tuple[int, ...],
+    state_slots=None,
 ) -> tuple[list[list[KVCacheBlock]], int]:
-    """Per group the blocks of the longest prefix of `hashes` (the candidate blocks of a
-    request) cached in every group and, with `state_slots`, ending at a state snapshot; and
-    the tokens it holds."""
-    full = []
-    for block_hash in hashes:
-        block = pool.get_cached_block(block_hash)
+    """Per group the blocks of the longest prefix of `hashes` (a request's candidate pages of
+    `block_size` tokens) cached in every group and, with `state_slots`, ending at a state
+    snapshot; and the tokens it holds. Group g's blocks hold `scales[g]` pages: a hit ends where
+    every group's blocks do."""
+    step = math.lcm(*scales)
+    full = []  # the full group's cached blocks from the start
+    for end in range(scales[0], len(hashes) + 1, scales[0]):
+        block = pool.get_cached_block(hashes[end - 1])
         if block is None:
             break
         full.append(block)
-    for n in range(len(full), 0, -1):
+    for n in range(len(full) * scales[0] // step * step, 0, -step):
         if state_slots is not None and not state_slots.has_snapshot(hashes[n - 1]):
             continue
-        hits = _hits_at(pool, hashes, windows, block_size, full[:n])
+        hits = _hits_at(pool, hashes, windows, block_size, scales, full[: n // scales[0]], n)
         if hits is not None:
             return hits, n * block_size
     return [[] for _ in windows], 0
 
 
-def _hits_at(pool, hashes, windows, block_size: int, full: list[KVCacheBlock]):
-    """Per group the blocks of a hit of `len(full)` blocks, or None where a window group lacks
-    one its window sees."""
-    n, hits = len(full), [full]
+def _hits_at(pool, hashes, windows, block_size: int, scales, full: list[KVCacheBlock], n: int):
+    """Per group the blocks of a hit of `n` pages, or None where a window group lacks one its
+    window sees."""
+    hits = [full]
     for g, window in enumerate(windows[1:], start=1):
-        first = first_visible_block(n * block_size, window, block_size)
-        blocks = [pool.get_cached_block(group_key(g, h)) for h in hashes[first:n]]
+        scale = scales[g]
+        first = first_visible_block(n * block_size, window, scale * block_size)
+        keys = [group_key(g, hashes[(i + 1) * scale - 1]) for i in range(first, n // scale)]
+        blocks = [pool.get_cached_block(key) for key in keys]
         if any(b is None for b in blocks):
             return None
         hits.append([pool.null_block] * first + blocks)

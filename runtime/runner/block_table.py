@@ -20,13 +20,16 @@ class BlockTable:
     null block).
 
     Args:
-        block_size: tokens per block.
+        block_size: tokens per page.
+        page_scale: pages per block (`KVCacheGroups.page_scale`): the table holds pages, block
+            b's being b x scale ... b x scale + scale - 1.
     """
 
-    def __init__(self, block_size: int):
+    def __init__(self, block_size: int, page_scale: int = 1):
         self.block_size = block_size
+        self.page_scale = page_scale
         self.table = np.zeros((_FIRST_ROWS, _FIRST_BLOCKS), dtype=np.int32)
-        self.num_blocks = np.zeros(_FIRST_ROWS, dtype=np.int32)
+        self.num_pages = np.zeros(_FIRST_ROWS, dtype=np.int32)
         # Each row's live block list, owned by the KV cache manager, which only appends to it
         # while the row decodes.
         self._blocks: list[list] = []
@@ -41,7 +44,7 @@ class BlockTable:
         if row == len(self.table):
             self._grow(rows=2 * row)
         self._blocks.append(blocks)
-        self.num_blocks[row] = 0
+        self.num_pages[row] = 0
         self.table[row] = 0
 
     def keep_rows(self, keep: Sequence[int]) -> None:
@@ -49,25 +52,25 @@ class BlockTable:
         n = len(keep)
         index = np.asarray(keep, dtype=np.int64)
         self.table[:n] = self.table[index]
-        self.num_blocks[:n] = self.num_blocks[index]
+        self.num_pages[:n] = self.num_pages[index]
         self.table[n : self.num_rows] = 0
-        self.num_blocks[n : self.num_rows] = 0
+        self.num_pages[n : self.num_rows] = 0
         self._blocks = [self._blocks[i] for i in keep]
 
     def clear(self) -> None:
         self.keep_rows([])
 
     def sync(self) -> int:
-        """Copy in the block ids each row gained since the last call; returns the widest row's
-        number of blocks."""
-        widest = 0
+        """Copy in the pages of the blocks each row gained since the last call; returns the
+        widest row's number of pages."""
+        widest, scale = 0, self.page_scale
         for row, blocks in enumerate(self._blocks):
-            have, now = int(self.num_blocks[row]), len(blocks)
+            have, now = int(self.num_pages[row]), len(blocks) * scale
             if now > have:
                 if now > self.table.shape[1]:
                     self._grow(blocks=2 * now)
-                self.table[row, have:now] = [b.block_id for b in blocks[have:now]]
-                self.num_blocks[row] = now
+                self.table[row, have:now] = page_ids(blocks[have // scale :], scale)
+                self.num_pages[row] = now
             widest = max(widest, now)
         return widest
 
@@ -88,12 +91,20 @@ class BlockTable:
         slots[n:] = 0
         return tables, lens, slots
 
-    def _grow(self, rows: int | None = None, blocks: int | None = None) -> None:
+    def _grow(self, rows: int | None = None, blocks: int | None = None) -> None:  # in pages
         rows = rows or len(self.table)
         blocks = blocks or self.table.shape[1]
         table = np.zeros((rows, blocks), dtype=np.int32)
         old_rows, old_blocks = self.table.shape
         table[:old_rows, :old_blocks] = self.table
-        num_blocks = np.zeros(rows, dtype=np.int32)
-        num_blocks[:old_rows] = self.num_blocks
-        self.table, self.num_blocks = table, num_blocks
+        num_pages = np.zeros(rows, dtype=np.int32)
+        num_pages[:old_rows] = self.num_pages
+        self.table, self.num_pages = table, num_pages
+
+
+def page_ids(blocks, scale: int) -> list[int]:
+    """The pages of `blocks` (`KVCacheBlock`s or ids) where a block holds `scale` pages."""
+    ids = [b if isinstance(b, int) else b.block_id for b in blocks]
+    if scale == 1:
+        return ids
+    return [b * scale + j for b in ids for j in range(scale)]

@@ -1,6 +1,7 @@
 """A forward's attention metadata for each KV cache group (`kv/kv_groups.py`): the rows, their
 lengths and positions are the same in every group; block tables and write slots are each
-group's own."""
+group's own. Tables list pages of `block_size` tokens: a group whose blocks hold several pages
+(`KVCacheGroups.page_scale`) lists each block's."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 from mlx_paged.kernels.kernel_inputs import input_array
 from mlx_paged.kv.kv_cache_manager import cdiv
 from mlx_paged.kv.paged_cache import PagedAttentionMetadata, split_slots
+from mlx_paged.runner.block_table import page_ids
 
 
 def slots_of(table: list[int], start: int, count: int, block_size: int) -> list[int]:
@@ -25,13 +27,18 @@ def prefill_row(table: list[int], start: int, count: int, block_size: int):
     return start, count, input_array(table[: cdiv(start + count, block_size)])
 
 
+def group_pages(kv, request, group: int) -> list[int]:
+    """The pages of `request`'s blocks in `group`."""
+    return page_ids(kv.get_block_ids(request, group), kv.group_scales[group])
+
+
 def prefill_metadata(kv, rows, starts, counts, width: int) -> list[PagedAttentionMetadata]:
     """Per group, the metadata of rows writing `counts[b]` tokens from `starts[b]`, padded to
     `width` (padding writes land in the null block)."""
     bs = kv.block_size
     metas = []
     for g in range(len(kv.group_windows)):
-        tables = [kv.get_block_ids(r, g) for r in rows]
+        tables = [group_pages(kv, r, g) for r in rows]
         max_blocks = max(len(t) for t in tables)
         slots = []
         for table, start, n in zip(tables, starts, counts):
@@ -82,7 +89,7 @@ def mixed_metadata(kv, decode: list[PagedAttentionMetadata], lens, slots, prefil
     for g, (meta, group_slots) in enumerate(zip(decode, slots)):
         chunk_slots, rows = [], []
         for r, n in prefill:
-            start, table = r.num_computed_tokens - n, kv.get_block_ids(r, g)
+            start, table = r.num_computed_tokens - n, group_pages(kv, r, g)
             chunk_slots += slots_of(table, start, n, kv.block_size)
             rows.append(prefill_row(table, start, n, kv.block_size))
         metas.append(dataclasses.replace(

@@ -56,7 +56,7 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         # Recurrent state of a hybrid model, else None.
         self.states = HybridStates(states, kv) if states is not None else None
         # The decode rows' block tables, one per KV cache group.
-        self.block_tables = [BlockTable(pool.block_size) for _ in range(pool.groups.num_groups)]
+        self.block_tables = [BlockTable(pool.block_size, s) for s in pool.groups.scales]
         self.compiled_decode = (
             CompiledDecode(self._decode_logits, pool, self.states) if compile_decode else None
         )

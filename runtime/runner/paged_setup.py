@@ -76,16 +76,22 @@ def _log_pool(
                            states.num_slots - 1, wanted_slots - 1)  # fmt: skip
 
 
-def _kv_groups(layout: KVLayout, enabled: bool) -> KVCacheGroups:
+def _kv_groups(layout: KVLayout, enabled: bool, quantized: bool) -> KVCacheGroups:
     """The model's KV cache groups (`plan_groups`; one group unless `enabled`), logged."""
     windows = layout.plan.windows if layout.plan else [None] * layout.num_layers
     groups, single_why = plan_groups(windows, list(layout.shapes))
+    shapes, array_layers = layout.shapes, groups.array_layers
+    viewed = any(s != shapes[array_layers[a]] for s, a in zip(shapes, groups.layer_array))
+    if viewed and quantized:
+        groups = KVCacheGroups.single(layout.num_layers)
+        single_why = "quantized pages cannot be read at another K/V shape (use --kv-bits 16)"
     if not enabled:
         groups, single_why = KVCacheGroups.single(layout.num_layers), "KV cache groups are off"
     if groups.num_groups > 1:
-        logger.info("KV cache groups: %s; a block holds one layer of each of %d page arrays, "
-                    "and a sliding-window group frees the blocks its window left",
-                    groups.describe(), groups.num_arrays)  # fmt: skip
+        logger.info("KV cache groups: %s; a block holds one layer of each of %d page arrays "
+                    "(pages a block per group: %s), and a sliding-window group frees the blocks "
+                    "its window left", groups.describe(), groups.num_arrays,
+                    ", ".join(map(str, groups.scales)))  # fmt: skip
     elif single_why and any(w is not None for w in windows):
         logger.info("sliding windows keep their pages: %s", single_why)
     return groups
@@ -168,7 +174,7 @@ def build_paged_path(
         )
     for head_dim in {dim for _, dim, _, _ in layout.shapes}:
         check_kv_quantization(k_bits, v_bits, kv_group_size, head_dim)  # fmt: skip
-    groups = _kv_groups(layout, kv_groups)
+    groups = _kv_groups(layout, kv_groups, min(k_bits, v_bits) < 16)
     block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size, groups)
     wanted = state_pool_slots(max_live_requests) if layout.state else 0
     num_blocks, num_slots = _pool_sizes(
@@ -182,7 +188,8 @@ def build_paged_path(
     choose_attention_paths(model, layout, pool, paged_attention, fused_rope, bits, beyond_kernels)
     states = StatePool(layout.state, num_slots) if num_slots else None
     slots = StateSlots(num_slots, enable_prefix_caching) if num_slots else None
-    kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching, slots, groups.windows)
+    kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching, slots, groups.windows,
+                        groups.scales)  # fmt: skip
     _log_pool(pool, block_bytes // block_size, enable_prefix_caching, states, wanted)
     compiled = compile_decode == "on" or (compile_decode == "auto" and bool(pool.decode_backend))
     return PagedRunner(model, pool, kv, compiled, layout.plan, states), kv

@@ -33,13 +33,22 @@ FAMILIES = [
     "gemma3_text",
     "gemma4_text",
     "gemma4_text@e2b",
+    "gemma4_text@windows",
     "gemma4:gemma4_text",
     "gemma2",
     "llama4:llama4_text",
     "mimo_v2_flash",
 ]
 PROMPTS = [list(range(5, 24)), [11, 12, 13], list(range(30, 70))]
-SMALL_POOL = {"gemma3_text": 28}
+# Models with KV cache groups: the longest request is the pool over the number of groups.
+SMALL_POOL = {
+    "gemma3_text": 28,
+    "gemma4_text": 28,
+    "gemma4_text@e2b": 28,
+    "gemma4_text@windows": 41,
+    "gemma4:gemma4_text": 28,
+    "mimo_v2_flash": 28,
+}
 MAX_TOKENS = 10
 
 
@@ -60,10 +69,12 @@ def test_hybrid_tokens_equal_mlx_lm_cold_cached_and_preempted(tiny_model_dir, mo
 
     llm = LLM(path, num_blocks=64, block_size=4)
     assert [r.token_ids for r in llm.generate(PROMPTS, params)] == expected
-    # Snapshots sit at each prompt's last block boundary before its last token: 16, 0, 36.
+    # Snapshots sit at each prompt's last block boundary before its last token: 16, 0, 36;
+    # where a group's blocks hold two pages (8 tokens), hits end on 8-token boundaries.
     again = llm.generate(PROMPTS, params)
     assert [r.token_ids for r in again] == expected
-    assert [r.num_cached_tokens for r in again] == [16, 0, 36]
+    two_pages = max(llm.engine.runner.pool.groups.scales) == 2
+    assert [r.num_cached_tokens for r in again] == [16, 0, 32 if two_pages else 36]
 
     # The prompts fit (16 blocks and a spare), their answers do not (25 blocks); with a window
     # group beside the full one, admission takes a prompt's blocks in both.
@@ -73,9 +84,20 @@ def test_hybrid_tokens_equal_mlx_lm_cold_cached_and_preempted(tiny_model_dir, mo
     assert small.engine.metrics.preemptions_total > 0 or model_type in SMALL_POOL
 
 
-def test_windows_free_their_pages_and_stay_exact_under_preemption(tiny_model_dir):
-    # gemma3_text: 2 full-attention layers and 2 with a sliding window of 8, in blocks of 4.
-    path = str(tiny_model_dir("gemma3_text"))
+# Windows of 8 in pages of 4: gemma3_text has 2 full-attention layers and 2 window ones (one
+# window group sharing the full layers' page arrays); Gemma 4 here has 2 global layers of half
+# the window layers' K/V and 4 window ones (two window groups; the global layers' blocks hold
+# two pages, 8 tokens). Per group: window, blocks held after 80 tokens, the small pool.
+WINDOW_MODELS = {
+    "gemma3_text": ((None, 8), 20, 44),
+    "gemma4_text@windows": ((None, 8, 8), 10, 52),
+}
+
+
+@pytest.mark.parametrize("model_type", WINDOW_MODELS)
+def test_windows_free_their_pages_and_stay_exact_under_preemption(tiny_model_dir, model_type):
+    windows, full_blocks, small_pool = WINDOW_MODELS[model_type]
+    path = str(tiny_model_dir(model_type))
     prompts, new = [list(range(5, 45)), list(range(50, 70)), [7, 8, 9]], 40
     model, _ = load(path)
     expected = [
@@ -85,7 +107,7 @@ def test_windows_free_their_pages_and_stay_exact_under_preemption(tiny_model_dir
     params = SamplingParams(max_tokens=new, ignore_eos=True)
     llm = LLM(path, num_blocks=128, block_size=4)
     kv = llm.engine.kv
-    assert kv.group_windows == (None, 8)
+    assert kv.group_windows == windows
     held, engine = [], llm.engine
     stream = engine.add_request(prompts[0], params)
     engine.drain_inbox()
@@ -94,12 +116,14 @@ def test_windows_free_their_pages_and_stay_exact_under_preemption(tiny_model_dir
         groups = kv.req_to_blocks.get(stream.request_id)
         if groups:
             held.append([sum(not b.is_null for b in blocks) for blocks in groups])
-    # The full group keeps every block (80 tokens: 20); the window group at most what a
+    # The full group keeps every block of the 80 tokens; each window group at most what a
     # window of 8 and the step's token reach (3 blocks of 4), past the prompt's own.
-    assert held[-1][0] == 20 and max(h[1] for h in held[1:]) <= 3
+    assert held[-1][0] == full_blocks
+    assert all(max(h[g] for h in held[1:]) <= 3 for g in range(1, len(windows)))
     assert [r.token_ids for r in llm.generate(prompts, params)] == expected
-    small = LLM(path, num_blocks=44, block_size=4)
-    assert [r.token_ids for r in small.generate(prompts, params)] == expected
+    # Twice the requests in a pool that just holds the longest: preempted and still exact.
+    small = LLM(path, num_blocks=small_pool, block_size=4)
+    assert [r.token_ids for r in small.generate(prompts * 2, params)] == expected * 2
     assert small.engine.metrics.preemptions_total > 0
 
 
@@ -199,3 +223,15 @@ def test_the_readme_model_list_names_every_family_served_here():
     models = readme.split("## Models", 1)[1].split("\n## ", 1)[0]
     names = {name for f in FAMILIES for name in f.split("@")[0].split(":")}
     assert [n for n in sorted(names) if not re.search(rf"\b{n}\b", models)] == []
+
+
+def test_quantized_pages_keep_layers_of_another_shape_in_one_group(tmp_path):
+    """Blocks of several pages read the arrays at another shape, which quantized rows cannot
+    be: with --kv-bits below 16 such a model's windows keep their pages."""
+    from tiny_models import build_model
+
+    path = str(build_model(tmp_path / "g4", "gemma4_text@windows", head_dim=32,
+                           global_head_dim=32))  # fmt: skip
+    assert LLM(path, num_blocks=64, block_size=4).engine.runner.pool.groups.scales == (2, 1, 1)
+    quantized = LLM(path, num_blocks=64, block_size=4, kv_bits=8, kv_group_size=32)
+    assert quantized.engine.kv.group_windows == (None,)

@@ -193,3 +193,23 @@ def test_paced_shares_are_whole_alignments_for_as_many_requests_as_fit():
     assert plan_view(s.schedule_prompts()) == (["a", "b", "c"], [], [("a", 64), ("b", 64)])
     s.step_token_budget = 40  # below one alignment: the step's first keeps it, unaligned
     assert plan_view(s.schedule_prompts()) == ([], [], [("a", 40)])
+
+
+def test_a_prompt_sent_back_for_window_blocks_is_not_admitted_before_another_progresses():
+    """Admission takes a prompt's full-attention blocks, its window blocks come chunk by chunk:
+    two prompts that each wait for window blocks held by the other's admission would send one
+    back and admit it again, step after step, without the hold."""
+    from mlx_paged.kv.kv_cache_manager import KVCacheManager
+
+    kv = KVCacheManager(num_blocks=27, block_size=4, group_windows=(None, 8))
+    s = Scheduler(kv=kv, prefill_step_size=64)
+    for r in (req("a", 40), req("b", 40)):
+        s.add_request(r)
+    plan = s.schedule_prompts()
+    # Both took 10 full-group blocks, leaving 6: neither's 10 window blocks fit, b goes back.
+    assert ids(plan.joining) == ["a"] and not plan.prefill and ids(s.waiting) == ["b"]
+    plan = s.schedule_prompts()
+    assert not plan.joining and [(r.request_id, n) for r, n in plan.prefill] == [("a", 39)]
+    assert not s.admission_held  # a progressed: b may join again, when its blocks fit
+    plan = s.schedule_prompts()
+    assert ids(plan.starting) == ["a"] and ids(s.waiting) == ["b"]
