@@ -83,13 +83,27 @@ Results: `bench/results/cpu-memory-density-qwen3_5.json` (CPU).
 
 
 def window_memory(run: dict) -> str:
+    return _window_memory(run, "gemma3", "Gemma-3-like", "")
+
+
+def gemma4_window_memory(run: dict) -> str:
+    model = run["model"]
+    shape = f"{model['num_global_key_value_heads']} KV head x {model['global_head_dim']}, K = V"
+    return _window_memory(run, "gemma4", "Gemma-4-like", (
+        f" Its full-attention layer caches K/V of another shape ({shape}: half a window "
+        "layer's bytes a token), so its KV cache group reads the shared page arrays as twice the "
+        "pages, and its blocks hold twice the tokens."
+    ))  # fmt: skip
+
+
+def _window_memory(run: dict, family: str, like: str, shapes: str) -> str:
     model = run["model"]
     window, layers = model["sliding_window"], model["num_hidden_layers"]
     full = layers // model["sliding_window_pattern"]
-    return f"""## KV memory density with sliding windows (Gemma-3-like)
+    return f"""## KV memory density with sliding windows ({like})
 
-What: the same workload and measure as above on a random Gemma-3-like model ({layers - full}
-layers with a sliding window of {window} tokens, {full} full-attention; bfloat16). Budget
+What: the same workload and measure as above on a random {like} model ({layers - full}
+layers with a sliding window of {window} tokens, {full} full-attention; bfloat16).{shapes} Budget
 {run["budget_tokens"]:,} tokens of every layer's K/V ({run["budget_bytes"] / 2**20:.0f} MiB).
 With KV cache groups (the default) the window layers' blocks go back to the pool once their
 window has passed them; "one group" keeps every layer's blocks for the whole sequence. A
@@ -100,10 +114,10 @@ group takes a whole prompt at admission), which is why they run fewer than their
 per sequence would allow, and fewer than the peers' estimate from theirs.
 
 ```bash
-mlx-paged bench memory --family gemma3 --requests 48 --budget-tokens 4096
+mlx-paged bench memory --family {family} --requests 48 --budget-tokens 4096
 ```
 
-Results: `bench/results/cpu-memory-density-gemma3.json` (CPU).
+Results: `bench/results/cpu-memory-density-{family}.json` (CPU).
 
 {
         memory_table(
