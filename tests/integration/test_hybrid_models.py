@@ -40,7 +40,8 @@ FAMILIES = [
     "mimo_v2_flash",
 ]
 PROMPTS = [list(range(5, 24)), [11, 12, 13], list(range(30, 70))]
-# Models with KV cache groups: the longest request is the pool over the number of groups.
+# Models with KV cache groups: the longest request is what the pool holds with every group
+# keeping blocks for all its tokens.
 SMALL_POOL = {
     "gemma3_text": 28,
     "gemma4_text": 28,
