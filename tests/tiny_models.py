@@ -222,6 +222,43 @@ EXTRA = {
         "v_head_dim": 16,
         "rope_parameters": ROPE_LLAMA4,
     },
+    # Families the paged path refuses by what they do (`kv_layout.py`'s probe), tiny.
+    "plamo2": {},
+    "deepseek_v3": {},
+    "deepseek_v32": {},
+    "glm4_moe_lite": {},
+    "bailing_hybrid": {
+        "moe_intermediate_size": 2,
+        "num_experts": 2,
+        "num_experts_per_tok": 2,
+        "num_shared_experts": 2,
+        "n_group": 2,
+        "topk_group": 2,
+        "first_k_dense_replace": 2,
+        "layer_group_size": 2,
+        "group_norm_size": 2,
+        "routed_scaling_factor": 1.0,
+        "kv_lora_rank": 2,
+        "qk_rope_head_dim": 2,
+        "qk_nope_head_dim": 2,
+        "v_head_dim": 2,
+    },
+    "bailing_moe_v3": {},
+    "iquestloopcoder": {},
+    "mamba": {
+        "state_size": 2,
+        "conv_kernel": 2,
+        "use_bias": False,
+        "use_conv_bias": False,
+        "time_step_rank": 2,
+    },
+    "rwkv7": {
+        "norm_eps": 1e-05,
+        "a_low_rank_dim": 2,
+        "v_low_rank_dim": 2,
+        "gate_low_rank_dim": 2,
+        "decay_low_rank_dim": 2,
+    },
 }
 # Named config variants, as "model_type@variant".
 VARIANTS = {

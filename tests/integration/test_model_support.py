@@ -11,8 +11,20 @@ import pytest
 
 from mlx_paged import LLM, SamplingParams
 
+_LATENT = "attention layer 0 attends to K/V other than the ones it cached"
 REFUSED = {
-    "mistral3:mistral4": "attention layer 0 attends to K/V other than the ones it cached",
+    "mistral3:mistral4": _LATENT,
+    "deepseek_v3": _LATENT,
+    "glm4_moe_lite": _LATENT,
+    "bailing_hybrid": _LATENT,
+    "bailing_moe_v3": _LATENT,
+    "plamo2": "attention layer 0 cached K/V 1 times and attended through mlx-lm's "
+    "scaled_dot_product_attention 0 times",
+    "iquestloopcoder": "attention layer 2 cached K/V 1 times and attended through mlx-lm's "
+    "scaled_dot_product_attention 2 times",
+    "deepseek_v32": "this model's forward fails with paged K/V caches",
+    "mamba": "this model has no attention layers",
+    "rwkv7": "this model has no attention layers",
 }
 
 
