@@ -222,7 +222,42 @@ EXTRA = {
         "v_head_dim": 16,
         "rope_parameters": ROPE_LLAMA4,
     },
+    # Window layers beside full ones, as layer types (served, with KV cache groups).
+    "gear": {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8},
+    # A window layer and a full one, each with a short convolution over its keys and values
+    # (a CacheList of the convolution state and K/V).
+    "baichuan_m1": {
+        "sliding_window": 8,
+        "sliding_window_layers": [0],
+        "conv_window": 2,
+        "num_swa_attention_heads": 4,
+        "num_swa_key_value_heads": 2,
+        "tie_word_embeddings": False,
+    },
     # Families the paged path refuses by what they do (`kv_layout.py`'s probe), tiny.
+    "deepseek_v41": {
+        "qk_rope_head_dim": 8,
+        "q_lora_rank": 16,
+        "o_groups": 2,
+        "o_lora_rank": 16,
+        "moe_intermediate_size": 32,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "index_n_heads": 2,
+        "index_head_dim": 16,
+        "index_topk": 8,
+        "candidate_topk_blocks": 4,
+        "hc_mult": 2,
+        "rms_norm_eps": 1e-6,
+        "num_key_value_heads": 1,
+    },
+    "afm7": {
+        "hidden_dim": 64,
+        "num_layers": 4,
+        "num_kv_reuse_layers": 2,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+    },
     "plamo2": {},
     "deepseek_v3": {},
     "deepseek_v32": {},

@@ -34,9 +34,7 @@ _active_pool = None
 # tiny model of theirs is built here to show its verdict; the families the tests build are
 # refused by the probe alone, naming the layer (`test_model_support.REFUSED`).
 UNSUPPORTED_MODEL_TYPES = {
-    "deepseek_v41",
     "olmo",
-    "gear",
     "phi3small",
     "kimi_k25",
     "kimi_vl",
@@ -45,11 +43,8 @@ UNSUPPORTED_MODEL_TYPES = {
     "kimi_linear",
     "longcat_flash",
     "longcat_flash_ngram",
-    "mistral4",
     "minimax_m3_vl",
     "gemma3n",
-    "afm7",
-    "baichuan_m1",
     "mamba2",
 }
 

@@ -38,6 +38,8 @@ FAMILIES = [
     "gemma2",
     "llama4:llama4_text",
     "mimo_v2_flash",
+    "gear",
+    "baichuan_m1",
 ]
 PROMPTS = [list(range(5, 24)), [11, 12, 13], list(range(30, 70))]
 # Models with KV cache groups: the longest request is what the pool holds with every group
@@ -49,6 +51,8 @@ SMALL_POOL = {
     "gemma4_text@windows": 41,
     "gemma4:gemma4_text": 28,
     "mimo_v2_flash": 28,
+    "gear": 28,
+    "baichuan_m1": 28,
 }
 MAX_TOKENS = 10
 

@@ -14,6 +14,7 @@ from mlx_paged import LLM, SamplingParams
 _LATENT = "attention layer 0 attends to K/V other than the ones it cached"
 REFUSED = {
     "mistral3:mistral4": _LATENT,
+    "mistral4": _LATENT,
     "deepseek_v3": _LATENT,
     "glm4_moe_lite": _LATENT,
     "bailing_hybrid": _LATENT,
@@ -23,6 +24,8 @@ REFUSED = {
     "iquestloopcoder": "attention layer 2 cached K/V 1 times and attended through mlx-lm's "
     "scaled_dot_product_attention 2 times",
     "deepseek_v32": "this model's forward fails with paged K/V caches",
+    "afm7": "this model's forward fails with paged K/V caches",
+    "deepseek_v41": "layer 0 keeps a LayerCache, a cache the paged KV path has no pages",
     "mamba": "this model has no attention layers",
     "rwkv7": "this model has no attention layers",
 }
