@@ -251,6 +251,23 @@ EXTRA = {
         "rms_norm_eps": 1e-6,
         "num_key_value_heads": 1,
     },
+    # Its last layers read earlier layers' caches directly (`keys_and_values`).
+    "gemma3n_text": {
+        "num_hidden_layers": 4,
+        "num_kv_shared_layers": 2,
+        "vocab_size_per_layer_input": 512,
+        "sliding_window": 8,
+        "rope_local_base_freq": 10000.0,
+        "final_logit_softcapping": 30.0,
+        "layer_types": ["sliding_attention", "full_attention"] * 2,
+        "activation_sparsity_pattern": [0.0] * 4,
+        "hidden_size_per_layer_input": 16,
+        "altup_num_inputs": 2,
+        "altup_coef_clip": 120.0,
+        "altup_correct_scale": True,
+        "altup_active_idx": 0,
+        "laurel_rank": 8,
+    },
     "afm7": {
         "hidden_dim": 64,
         "num_layers": 4,
@@ -311,7 +328,7 @@ VARIANTS = {
 }
 # Wrappers whose text model is another family, given as "wrapper:inner" (e.g. mistral3 around
 # ministral3); the inner config goes under text_config.
-WRAPPERS = ("mistral3", "llama4", "gemma4")
+WRAPPERS = ("mistral3", "llama4", "gemma4", "gemma3n")
 
 
 def build_tokenizer(out: Path):

@@ -25,6 +25,7 @@ REFUSED = {
     "scaled_dot_product_attention 2 times",
     "deepseek_v32": "this model's forward fails with paged K/V caches",
     "afm7": "this model's forward fails with paged K/V caches",
+    "gemma3n:gemma3n_text": "this model's forward fails with paged K/V caches",
     "deepseek_v41": "layer 0 keeps a LayerCache, a cache the paged KV path has no pages",
     "mamba": "this model has no attention layers",
     "rwkv7": "this model has no attention layers",
