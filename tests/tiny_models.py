@@ -251,6 +251,18 @@ EXTRA = {
         "rms_norm_eps": 1e-6,
         "num_key_value_heads": 1,
     },
+    "mamba2": {
+        "num_heads": 8,
+        "head_dim": 16,
+        "state_size": 16,
+        "layer_norm_epsilon": 1e-5,
+        "conv_kernel": 4,
+        "n_groups": 1,
+        "use_bias": False,
+        "use_conv_bias": True,
+        "time_step_limit": [0.0, 1000.0],
+        "time_step_rank": 8,
+    },
     # Its last layers read earlier layers' caches directly (`keys_and_values`).
     "gemma3n_text": {
         "num_hidden_layers": 4,

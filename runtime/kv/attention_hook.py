@@ -44,7 +44,6 @@ UNSUPPORTED_MODEL_TYPES = {
     "longcat_flash",
     "longcat_flash_ngram",
     "minimax_m3_vl",
-    "mamba2",
 }
 
 

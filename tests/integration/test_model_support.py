@@ -29,6 +29,7 @@ REFUSED = {
     "deepseek_v41": "layer 0 keeps a LayerCache, a cache the paged KV path has no pages",
     "mamba": "this model has no attention layers",
     "rwkv7": "this model has no attention layers",
+    "mamba2": "this model has no attention layers",
 }
 
 
