@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import mlx.core as mx
+from refused_models import REFUSED_FAMILIES
 
 CORPUS = [
     "hello world",
@@ -234,96 +235,8 @@ EXTRA = {
         "num_swa_key_value_heads": 2,
         "tie_word_embeddings": False,
     },
-    # Families the paged path refuses by what they do (`kv_layout.py`'s probe), tiny.
-    "deepseek_v41": {
-        "qk_rope_head_dim": 8,
-        "q_lora_rank": 16,
-        "o_groups": 2,
-        "o_lora_rank": 16,
-        "moe_intermediate_size": 32,
-        "n_routed_experts": 4,
-        "num_experts_per_tok": 2,
-        "index_n_heads": 2,
-        "index_head_dim": 16,
-        "index_topk": 8,
-        "candidate_topk_blocks": 4,
-        "hc_mult": 2,
-        "rms_norm_eps": 1e-6,
-        "num_key_value_heads": 1,
-    },
-    "mamba2": {
-        "num_heads": 8,
-        "head_dim": 16,
-        "state_size": 16,
-        "layer_norm_epsilon": 1e-5,
-        "conv_kernel": 4,
-        "n_groups": 1,
-        "use_bias": False,
-        "use_conv_bias": True,
-        "time_step_limit": [0.0, 1000.0],
-        "time_step_rank": 8,
-    },
-    # Its last layers read earlier layers' caches directly (`keys_and_values`).
-    "gemma3n_text": {
-        "num_hidden_layers": 4,
-        "num_kv_shared_layers": 2,
-        "vocab_size_per_layer_input": 512,
-        "sliding_window": 8,
-        "rope_local_base_freq": 10000.0,
-        "final_logit_softcapping": 30.0,
-        "layer_types": ["sliding_attention", "full_attention"] * 2,
-        "activation_sparsity_pattern": [0.0] * 4,
-        "hidden_size_per_layer_input": 16,
-        "altup_num_inputs": 2,
-        "altup_coef_clip": 120.0,
-        "altup_correct_scale": True,
-        "altup_active_idx": 0,
-        "laurel_rank": 8,
-    },
-    "afm7": {
-        "hidden_dim": 64,
-        "num_layers": 4,
-        "num_kv_reuse_layers": 2,
-        "num_heads": 4,
-        "num_kv_heads": 2,
-    },
-    "plamo2": {},
-    "deepseek_v3": {},
-    "deepseek_v32": {},
-    "glm4_moe_lite": {},
-    "bailing_hybrid": {
-        "moe_intermediate_size": 2,
-        "num_experts": 2,
-        "num_experts_per_tok": 2,
-        "num_shared_experts": 2,
-        "n_group": 2,
-        "topk_group": 2,
-        "first_k_dense_replace": 2,
-        "layer_group_size": 2,
-        "group_norm_size": 2,
-        "routed_scaling_factor": 1.0,
-        "kv_lora_rank": 2,
-        "qk_rope_head_dim": 2,
-        "qk_nope_head_dim": 2,
-        "v_head_dim": 2,
-    },
-    "bailing_moe_v3": {},
-    "iquestloopcoder": {},
-    "mamba": {
-        "state_size": 2,
-        "conv_kernel": 2,
-        "use_bias": False,
-        "use_conv_bias": False,
-        "time_step_rank": 2,
-    },
-    "rwkv7": {
-        "norm_eps": 1e-05,
-        "a_low_rank_dim": 2,
-        "v_low_rank_dim": 2,
-        "gate_low_rank_dim": 2,
-        "decay_low_rank_dim": 2,
-    },
 }
+EXTRA.update(REFUSED_FAMILIES)
 # Named config variants, as "model_type@variant".
 VARIANTS = {
     # Gemma 4 like the E2B: the last two layers attend to K/V earlier layers cached.
