@@ -66,10 +66,13 @@ def dtype_name(dtype: mx.Dtype) -> str:
     return _DTYPE_NAMES[dtype]
 
 
-def tensor_cores_serve(backend: str, dtype: mx.Dtype, head_dim: int, block_size: int) -> bool:
-    """Whether the tensor-core kernels are routed for this shape."""
+def tensor_cores_serve(
+    backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, value_dim: int = 0
+) -> bool:
+    """Whether the tensor-core kernels are routed for this shape (V heads of K's size only)."""
     return (
-        backend == "cuda"
+        not value_dim
+        and backend == "cuda"
         and dtype in (mx.bfloat16, mx.float16)
         and head_dim in TENSOR_CORE_HEAD_DIMS
         and block_size % 16 == 0
@@ -107,7 +110,7 @@ def route(
     """The kernel (and partition length) for `groups` (sequence, KV head) pairs over a block
     table `table_tokens` wide, on pages of `bits` (K bits, V bits, group size), with V heads of
     `value_dim` where not K's (the SIMT kernels); see the table above."""
-    if value_dim or not tensor_cores_serve(backend, dtype, head_dim, block_size):
+    if not tensor_cores_serve(backend, dtype, head_dim, block_size, value_dim):
         partitions = math.ceil(table_tokens / SIMT_PARTITION_SIZE)
         if (
             partitions == 1
@@ -154,7 +157,7 @@ def routed_specs(
     bits, V bits and group size of quantized pages (the reduce reads no pages); `value_dim`: V's
     head size where it is not K's."""
     quantized = min(bits[:2]) < 16
-    tensor_cores = not value_dim and tensor_cores_serve(backend, dtype, head_dim, block_size)
+    tensor_cores = tensor_cores_serve(backend, dtype, head_dim, block_size, value_dim)
     if tensor_cores and quantized and ring_refuses_quantized(*bits[:2]):
         sizes = {"decode_tc_splitk_direct": (TC_PARTITION_SIZE,)}  # `route`'s one choice here
     else:

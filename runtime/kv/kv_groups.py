@@ -56,6 +56,12 @@ class KVCacheGroups:
                 first.setdefault(array, layer)
         return [first[a] for a in range(self.num_arrays)]
 
+    def read_at_another_shape(self, shapes: list) -> list[bool]:
+        """Per layer of these `shapes` (any per-layer tuples), whether it reads its page array
+        at another shape than the array's own (through a reshaped view)."""
+        own = [shapes[layer] for layer in self.array_layers]
+        return [s != own[a] for s, a in zip(shapes, self.layer_array)]
+
     @classmethod
     def single(cls, num_layers: int) -> KVCacheGroups:
         """Every layer in one group, each with its own pages."""

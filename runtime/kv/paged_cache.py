@@ -122,8 +122,9 @@ class PagedKVPool:
         # Per layer of another shape than its array's, the K and V shapes it reads the array
         # as: its group's page scale times the pages (`kv_groups.py`).
         self.layer_views: list[tuple | None] = [None] * num_layers
-        for layer, (h, k, v) in enumerate(shapes):
-            if (h, k, v) != arrays[self.layer_array[layer]]:
+        for layer, viewed in enumerate(self.groups.read_at_another_shape(shapes)):
+            if viewed:
+                h, k, v = shapes[layer]
                 pages = num_blocks * self.groups.scale(self.groups.layer_group[layer])
                 self.layer_views[layer] = ((pages, block_size, h, k), (pages, block_size, h, v))
         # K and V bits per value (16: the model's dtype), quantized in groups of `group_size`.
@@ -181,9 +182,13 @@ class PagedKVPool:
             self.pages = self._zero_pages()
             return True
 
-    def layer_pages(self, layer: int):
-        """`layer`'s pages in its own shape (a view of its array where that differs)."""
-        return _viewed(self.pages[self.layer_array[layer]], self.layer_views[layer])
+    def layer_side(self, layer: int, side: int):
+        """`layer`'s K (side 0) or V (side 1) pages in its own shape (a view of its array's
+        where that differs)."""
+        pages = self.pages[self.layer_array[layer]]
+        pages = pages.k if side == 0 else pages.v
+        view = self.layer_views[layer]
+        return pages if view is None else pages.reshape(view[side])
 
     def write(
         self, layer: int, keys: mx.array, values: mx.array, slot_mapping: tuple[mx.array, mx.array]
@@ -197,13 +202,15 @@ class PagedKVPool:
                 x = x.transpose(0, 2, 1, 3)
             new.append(x.reshape(batch * length, heads, dim).astype(self.dtype))
         array, view = self.layer_array[layer], self.layer_views[layer]
-        own = (self.page_shapes[array], (*self.page_shapes[array][:3], self.value_dims[array]))
         pages = _viewed(self.pages[array], view)
         self.pages[array] = None  # drop our reference before the scatter: it may reuse the buffer
         try:
             pages = pages.write(slot_mapping, *new)
         finally:
-            self.pages[array] = _viewed(pages, view and own)
+            if view is not None:  # back to the array's own shape
+                shape = self.page_shapes[array]
+                pages = _viewed(pages, (shape, (*shape[:3], self.value_dims[array])))
+            self.pages[array] = pages
 
 
 def _viewed(pages, shapes):
@@ -252,11 +259,11 @@ class PagedLayerCache:
     @property
     def k_pages(self):
         """This layer's K pages: an array, or the K side of quantized pages."""
-        return self.pool.layer_pages(self.layer).k
+        return self.pool.layer_side(self.layer, 0)
 
     @property
     def v_pages(self):
-        return self.pool.layer_pages(self.layer).v
+        return self.pool.layer_side(self.layer, 1)
 
 
 def split_slots(slots, block_size: int) -> tuple[mx.array, mx.array]:

@@ -69,7 +69,8 @@ class BlockTable:
             if now > have:
                 if now > self.table.shape[1]:
                     self._grow(blocks=2 * now)
-                self.table[row, have:now] = page_ids(blocks[have // scale :], scale)
+                ids = [b.block_id for b in blocks[have // scale :]]
+                self.table[row, have:now] = page_ids(ids, scale)
                 self.num_pages[row] = now
             widest = max(widest, now)
         return widest
@@ -102,9 +103,8 @@ class BlockTable:
         self.table, self.num_pages = table, num_pages
 
 
-def page_ids(blocks, scale: int) -> list[int]:
-    """The pages of `blocks` (`KVCacheBlock`s or ids) where a block holds `scale` pages."""
-    ids = [b if isinstance(b, int) else b.block_id for b in blocks]
+def page_ids(block_ids: list[int], scale: int) -> list[int]:
+    """The pages of blocks `block_ids` where a block holds `scale` pages."""
     if scale == 1:
-        return ids
-    return [b * scale + j for b in ids for j in range(scale)]
+        return block_ids
+    return [b * scale + j for b in block_ids for j in range(scale)]

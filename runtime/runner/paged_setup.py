@@ -80,9 +80,7 @@ def _kv_groups(layout: KVLayout, enabled: bool, quantized: bool) -> KVCacheGroup
     """The model's KV cache groups (`plan_groups`; one group unless `enabled`), logged."""
     windows = layout.plan.windows if layout.plan else [None] * layout.num_layers
     groups, single_why = plan_groups(windows, list(layout.shapes))
-    shapes, array_layers = layout.shapes, groups.array_layers
-    viewed = any(s != shapes[array_layers[a]] for s, a in zip(shapes, groups.layer_array))
-    if viewed and quantized:
+    if quantized and any(groups.read_at_another_shape(list(layout.shapes))):
         groups = KVCacheGroups.single(layout.num_layers)
         single_why = "quantized pages cannot be read at another K/V shape (use --kv-bits 16)"
     if not enabled:
