@@ -9,7 +9,8 @@ call outside the paged runner (mlx-lm's own generation among them), runs mlx-lm'
 
 A decode step of a Qwen3.5 layer goes further: the hook also replaces the layer's `__call__`,
 and there its dozen ops from the input projections to the gated norm run as one
-`gated_delta_step` kernel, since a decode step's time is host time per op.
+`gated_delta_step` kernel, since a decode step's time is host time per op; its four input
+projections run as one matmul where `fuse_input_projections` stacked them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mlx_paged.kernels.gated_delta import GatedDeltaSpec, gated_delta, gated_del
 from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
 from mlx_paged.kernels.paged_attention_routing import dtype_name
 from mlx_paged.kv.attention_hook import active_pool
+from mlx_paged.models.fused_projections import fuse_projections
 
 _original = mlx_gated_delta.gated_delta_ops
 _original_layer_call = mlx_qwen3_5.GatedDeltaNet.__call__
@@ -43,14 +45,32 @@ def gated_delta_layer(self, inputs, mask=None, cache=None):
         return _original_layer_call(self, inputs, mask, cache)
     active_pool().attention_calls["gated_delta_step_kernel", "decode"] += 1
     batch, steps, _ = inputs.shape
-    qkv = self.in_proj_qkv(inputs)
-    z = self.in_proj_z(inputs).reshape(batch, steps, self.num_v_heads, self.head_v_dim)
-    b, a = self.in_proj_b(inputs), self.in_proj_a(inputs)
+    fused = self.__dict__.get("_fused_inputs")
+    if fused is not None:  # the kernel reads qkv, b and a where the one matmul wrote them
+        qkv, z, b, a = fused(inputs)
+    else:
+        qkv, z = self.in_proj_qkv(inputs), self.in_proj_z(inputs)
+        b, a = self.in_proj_b(inputs), self.in_proj_a(inputs)
+    z = z.reshape(batch, steps, self.num_v_heads, self.head_v_dim)
     y, cache[1], cache[0] = gated_delta_step(
         spec, qkv, cache[0], self.conv1d.weight, a, b, self.A_log, self.dt_bias, cache[1]
     )
     cache.advance(steps)
     return self.out_proj(self.norm(y, z).reshape(batch, steps, -1))
+
+
+def fuse_input_projections(model) -> int:
+    """Stack the four input projections of each Qwen3.5 Gated DeltaNet layer of `model` into
+    one (`fuse_projections`), for its decode step; returns how many layers were fused."""
+    fused = 0
+    for _, layer in model.named_modules():
+        if isinstance(layer, mlx_qwen3_5.GatedDeltaNet):
+            names = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")
+            projections = fuse_projections([layer[n] for n in names])
+            if projections is not None:
+                object.__setattr__(layer, "_fused_inputs", projections)
+                fused += 1
+    return fused
 
 
 def _decode_step_spec(layer, inputs, mask, cache) -> GatedDeltaSpec | None:

@@ -14,7 +14,7 @@ from mlx_paged.kv.kv_cache_manager import KVCacheManager
 from mlx_paged.kv.kv_groups import KVCacheGroups, plan_groups
 from mlx_paged.kv.kv_layout import KVLayout, probe_kv_layout
 from mlx_paged.kv.paged_cache import PagedKVPool
-from mlx_paged.kv.recurrence_hook import install_recurrence_hook
+from mlx_paged.kv.recurrence_hook import fuse_input_projections, install_recurrence_hook
 from mlx_paged.kv.state_pool import StatePool, slot_bytes
 from mlx_paged.kv.state_slots import StateSlots
 from mlx_paged.models.weight_views import cache_weight_views
@@ -164,6 +164,7 @@ def build_paged_path(
     if beyond_kernels and fused_rope == "on":
         raise ValueError(f"fused RoPE cannot compute {beyond_kernels[0]}: use --fused-rope off")
     layout = probe_kv_layout(model)
+    logger.debug("layers with fused input projections: %d", fuse_input_projections(model))
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
     if layout.values_differ and min(k_bits, v_bits) < 16:
         raise ValueError(

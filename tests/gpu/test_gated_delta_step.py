@@ -14,7 +14,11 @@ from mlx_paged.kernels.gated_delta import gated_delta_step_specs
 from mlx_paged.kernels.paged_attention import current_backend
 from mlx_paged.kv.attention_hook import forward_on
 from mlx_paged.kv.paged_cache import PagedKVPool
-from mlx_paged.kv.recurrence_hook import _original_layer_call, gated_delta_layer
+from mlx_paged.kv.recurrence_hook import (
+    _original_layer_call,
+    fuse_input_projections,
+    gated_delta_layer,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -45,8 +49,11 @@ def _cache(layer, spec, batch: int, seed: int) -> ArraysCache:
     return cache
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["four_projections", "fused_projections"])
 @pytest.mark.parametrize("spec", gated_delta_step_specs("cuda"), ids=lambda s: s.name)
-def test_step_kernel_equals_mlx_lm_layer(spec):
+def test_step_kernel_equals_mlx_lm_layer(spec, fused):
+    """With `fused`, the kernel reads q, k, v, b and a from one matmul's output, through its
+    strides, and mlx-lm's call reads the projections' views of the stacked weight."""
     backend = current_backend()
     if backend is None:
         pytest.skip("needs MLX's Metal or CUDA backend")
@@ -54,6 +61,8 @@ def test_step_kernel_equals_mlx_lm_layer(spec):
     x = mx.random.normal((batch, 1, 256), key=mx.random.key(7)).astype(_DTYPES[spec.dtype])
     want_cache, got_cache = _cache(layer, spec, batch, 1), _cache(layer, spec, batch, 1)
     want = _original_layer_call(layer, x, None, want_cache)
+    if fused:
+        assert fuse_input_projections(layer) == 1
     pool = PagedKVPool(1, 4, 16, 2, 64)
     pool.recurrence_backend = backend
     with forward_on(pool):

@@ -11,7 +11,11 @@ from mlx_lm.tokenizer_utils import (
 from mlx_lm.tokenizer_utils import load as load_tokenizer
 from tiny_models import build_tokenizer
 
-from mlx_paged.engine.window_detokenizer import WindowDetokenizer, streaming_detokenizer
+from mlx_paged.engine.window_detokenizer import (
+    WindowDetokenizer,
+    backend_decode,
+    streaming_detokenizer,
+)
 
 
 def word_level_tokenizer():
@@ -80,3 +84,22 @@ def test_mlx_lms_linear_detokenizers_are_kept(tmp_path):
     assert isinstance(streaming_detokenizer(bpe), BPEStreamingDetokenizer)
     assert isinstance(words.detokenizer, NaiveStreamingDetokenizer)
     assert isinstance(streaming_detokenizer(words), WindowDetokenizer)
+
+
+def test_backend_decode_is_the_wrappers_decode_special_tokens_and_all(tmp_path):
+    byte_level = build_tokenizer(tmp_path)
+    for tokenizer in (word_level_tokenizer(), byte_level):
+        tokenizer.clean_up_tokenization_spaces = False
+        decode = backend_decode(tokenizer)
+        assert decode != tokenizer.decode  # the backend's own
+        rng = np.random.default_rng(1)
+        for _ in range(50):
+            ids = rng.integers(0, len(tokenizer), size=int(rng.integers(1, 12))).tolist()
+            assert decode(ids) == tokenizer.decode(ids)
+        assert decode([tokenizer.eos_token_id]) == tokenizer.eos_token  # not skipped
+
+
+def test_a_tokenizer_that_cleans_up_spaces_keeps_the_wrappers_decode():
+    tokenizer = word_level_tokenizer()
+    tokenizer.clean_up_tokenization_spaces = True
+    assert backend_decode(tokenizer) == tokenizer.decode
