@@ -28,6 +28,7 @@ _ARG_TYPES = {
     "counters": "int32_t",
     "counters_next": "int32_t",
     "scale": "float",
+    "softcap": "float",
     "rope_inv_freq": "float",
     "partial_out": "float",
     "partial_max": "float",

@@ -65,6 +65,7 @@ float log(float);
 float log1p(float);  // MLX's utils.h, which MLX puts before every custom kernel
 float sqrt(float);
 float rsqrt(float);
+float tanh(float);
 float abs(float);
 float round(float);
 float fma(float, float, float);

@@ -92,6 +92,25 @@ def value_dim_specs(backend: str) -> list[KernelSpec]:
     ]  # fmt: skip
 
 
+def score_rule_specs(backend: str) -> list[KernelSpec]:
+    """SIMT specs with soft-capped scores (gemma2: with and without its sliding window, on
+    16-bit and quantized pages) or chunked attention (llama4), over every pass and dtype."""
+    cases = [
+        ("decode_simt", "bfloat16", 256, 16, 2, True, False, True, (16, 16, 0)),
+        ("decode_simt_splitk", "float16", 128, 16, 2, False, False, True, (16, 16, 0)),
+        ("decode_simt", "float32", 64, 8, 1, False, False, True, (8, 4, 32)),
+        ("decode_simt", "bfloat16", 128, 16, 5, False, True, False, (16, 16, 0)),
+        ("decode_simt_splitk", "bfloat16", 128, 32, 5, False, True, False, (16, 16, 0)),
+        ("decode_reduce", "bfloat16", 128, 32, 5, False, True, False, (16, 16, 0)),
+    ]
+    return [
+        KernelSpec(name, backend, dtype, hd, bs, g, KERNELS[name].partition_sizes[0]
+                   if KERNELS[name].partition_sizes else 0, sw, False, *bits, chunked=ck,
+                   softcap=sc)
+        for name, dtype, hd, bs, g, sw, ck, sc, bits in cases
+    ]  # fmt: skip
+
+
 def quantized_specs(backend: str) -> list[KernelSpec]:
     """A dozen dequantizing specs (SIMT kernels on quantized pages) in which each K/V bits pair,
     group size, quantized head size, dtype, block size and window flag appears; on CUDA, also

@@ -40,7 +40,9 @@ class KernelSpec:
     `decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024` or `decode_simt_metal_f32_hd80_bs8_g3_sw`
     (`pN`: tokens per partition of a split kernel; `sw`: sliding-window support;
     `dvN`: V heads of N where they differ from K's, e.g.
-    `decode_simt_cuda_bf16_hd192_dv128_bs16_g4`).
+    `decode_simt_cuda_bf16_hd192_dv128_bs16_g4`; `ck`: chunked attention, the query seeing
+    the keys of its own chunk (llama4); `sc`: soft-capped scores, `cap * tanh(s / cap)`
+    (gemma2)).
 
     With `rope`, the kernel also does the decode step's RoPE (its name starts `decode_rope_`):
     it takes the step's unrotated query, key and value, rotates the query and key, attends over
@@ -60,6 +62,8 @@ class KernelSpec:
     v_bits: int = 16
     group_size: int = 0  # of quantized pages; 0 when both are 16-bit
     value_dim: int = 0  # V's head size where it is not K's (`dvN` in the name); else 0
+    chunked: bool = False  # takes a chunk size: keys from the query's chunk on (`ck`)
+    softcap: bool = False  # takes a cap: scores become cap * tanh(score / cap) (`sc`)
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -83,6 +87,19 @@ class KernelSpec:
             self._check_tensor_cores()
         self._check_quantized()
         self._check_value_dim()
+        self._check_score_rules()
+
+    def _check_score_rules(self) -> None:
+        reason = (
+            "a chunk and a sliding window are two masks" if self.chunked and self.sliding_window
+            else None if not (self.chunked or self.softcap)
+            else "the tensor-core kernels compute plain scores" if self.tensor_cores
+            else "the RoPE kernels compute plain scores" if self.rope
+            else "the reduce pass computes no scores to cap" if self.softcap and self.is_reduce
+            else None
+        )  # fmt: skip
+        if reason:
+            raise UnsupportedSpecError(f"{self.name}: {reason}")
 
     def _check_value_dim(self) -> None:
         if not self.value_dim:
@@ -161,8 +178,8 @@ class KernelSpec:
             parts.append(f"p{self.partition_size}")
         if self.quantized:
             parts.append(f"k{self.k_bits}v{self.v_bits}gs{self.group_size}")
-        if self.sliding_window:
-            parts.append("sw")
+        flags = (("sw", self.sliding_window), ("ck", self.chunked), ("sc", self.softcap))
+        parts += [flag for flag, on in flags if on]
         return "_".join(parts)
 
     # What the templates and the launcher read, from the kernel.
@@ -252,8 +269,10 @@ class KernelSpec:
         if kernel is None:
             raise UnsupportedSpecError(f"{name!r}: unknown kernel ({', '.join(KERNELS)})")
         fields = name[len(kernel) + 1 :].split("_")
-        sliding = fields[-1] == "sw"
-        fields = fields[:-1] if sliding else fields
+        flags = {}
+        for flag in ("sc", "ck", "sw"):  # in reverse of `name`'s order
+            flags[flag] = fields[-1] == flag
+            fields = fields[:-1] if flags[flag] else fields
         short_to_dtype = {v: k for k, v in DTYPE_SHORT.items()}
         try:
             value_dim = int(fields.pop(3).removeprefix("dv")) if fields[3][:2] == "dv" else 0
@@ -273,7 +292,8 @@ class KernelSpec:
                 f"{name!r} is not a kernel spec name (expected e.g. "
                 f"decode_simt_metal_bf16_hd128_bs16_g4)"
             ) from exc
-        return cls(kernel, backend, *values, partition, sliding, rope, *bits, value_dim)
+        return cls(kernel, backend, *values, partition, flags["sw"], rope, *bits, value_dim,
+                   flags["ck"], flags["sc"])  # fmt: skip
 
 
 def _parse_bits(field: str) -> tuple[int, int, int]:

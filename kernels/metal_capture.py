@@ -30,7 +30,7 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
     """(inputs, output_shapes, output_dtypes) of the representative call of `spec`."""
     dtype = _DTYPES[spec.dtype]
     seqs, kv_heads, heads = CAPTURE_SEQS, CAPTURE_KV_HEADS, CAPTURE_KV_HEADS * spec.gqa
-    window = [mx.array([64], dtype=mx.int32)] if spec.sliding_window else []
+    window = [mx.array([64], dtype=mx.int32)] if spec.sliding_window or spec.chunked else []
     seq_lens = mx.full((seqs,), spec.block_size * CAPTURE_PAGES, dtype=mx.int32)
     parts = 2
     if spec.is_reduce:
@@ -54,6 +54,8 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
         seq_lens,
         mx.array([1.0], dtype=mx.float32),
     ] + window
+    if spec.softcap:
+        inputs.append(mx.array([50.0], dtype=mx.float32))
     new_token = (seqs, kv_heads, 1, spec.head_dim)
     if spec.rope:
         inputs += [mx.zeros(new_token, dtype), mx.zeros(new_token, dtype)]

@@ -53,11 +53,15 @@ def paged_attention_decode(
     partition_size: int | None = None,
     compiled: bool = True,
     counters: CounterChain | None = None,
+    chunk: int | None = None,
+    softcap: float | None = None,
 ) -> mx.array:
     """Decode attention of `(B, Hq, 1, D)` queries over paged K/V, on the GPU kernels.
 
-    Each row's one query sits at position `seq_lens[b] - 1` and sees keys `[0, seq_lens[b])`
-    (the last `window` of them with a sliding window). Pages are `[num_blocks, block_size,
+    Each row's one query sits at position `p = seq_lens[b] - 1` and sees keys `[0, p]` (the
+    last `window` of them with a sliding window; with a `chunk`, those from `p // chunk *
+    chunk` on, as llama4's chunked attention). With a `softcap`, scores become
+    `softcap * tanh(score / softcap)` (gemma2). Pages are `[num_blocks, block_size,
     Hkv, D]` (V's may have a head size of their own, Dv, which the output then has),
     row-contiguous, or `QuantizedPages` of that shape (the kernels dequantize
     them in registers: the K and V sides of one `QuantizedKVPages`); `block_tables` is `(B,
@@ -76,9 +80,15 @@ def paged_attention_decode(
         UnsupportedSpecError: for an input the kernels cannot serve (the message names the spec).
     """
     backend = backend or current_backend()
-    plan = _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backend, kernel,
-                         partition_size)  # fmt: skip
-    inputs = _inputs(queries, k_pages, v_pages, block_tables, seq_lens, scale, window, backend)
+    if window is not None and chunk is not None:
+        raise UnsupportedSpecError("a decode call takes a sliding window or a chunk, not both")
+    plan = _checked_plan(queries, k_pages, v_pages, block_tables, window or chunk, sinks,
+                         backend, kernel, partition_size, chunked=chunk is not None,
+                         softcap=softcap is not None)  # fmt: skip
+    inputs = _inputs(queries, k_pages, v_pages, block_tables, seq_lens, scale, window or chunk,
+                     backend)  # fmt: skip
+    if softcap is not None:
+        inputs.append(constant(float(softcap), mx.float32, backend))
     return _launch(plan, inputs, compiled, counters)[0]
 
 
@@ -155,8 +165,9 @@ def _launch(plan, inputs: list, compiled: bool, counters: CounterChain | None) -
 
 
 def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backend, kernel,
-                  partition_size, rope=False):  # fmt: skip
-    """The launch plan of this call's shape, after the checks that need no GPU work."""
+                  partition_size, rope=False, chunked=False, softcap=False):  # fmt: skip
+    """The launch plan of this call's shape, after the checks that need no GPU work
+    (`window`: the window or, `chunked`, the chunk size)."""
     if backend is None:
         raise UnsupportedSpecError(
             "paged decode kernels need MLX's Metal or CUDA backend; "
@@ -166,8 +177,8 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
     value_dim = v_pages.shape[3] if v_pages.shape[3] != head_dim else 0
     plan = launch_plan(
         backend, queries.dtype, num_seqs, num_heads, num_queries, head_dim, k_shape[1],
-        k_shape[2], block_tables.shape[1], window is not None, kernel, partition_size, rope,
-        page_bits(k_pages, v_pages), value_dim,
+        k_shape[2], block_tables.shape[1], window is not None and not chunked, kernel,
+        partition_size, rope, page_bits(k_pages, v_pages), value_dim, chunked, softcap,
     )  # fmt: skip
     if sinks is not None:
         raise UnsupportedSpecError(f"{plan.name}: attention sinks are not implemented")
@@ -214,17 +225,20 @@ def warm_up(
     rope: bool = False,
     bits: tuple[int, int, int] = (16, 16, 0),
     value_dim: int = 0,
+    chunked: bool = False,
+    softcap: bool = False,
 ) -> list[KernelSpec]:
     """Compile every kernel a model's decode will call (`routed_specs`; with `rope`, their
     `decode_rope_*` forms; on pages of `bits`, see `page_bits`; V heads of `value_dim` where
-    not K's), one tiny call each.
+    not K's; chunked or soft-capped scores), one tiny call each.
 
     NVRTC/Metal compile a spec on its first call (about 2 s each on CUDA); doing it at load keeps
     that out of the first requests. `progress(spec, seconds)` reports each one.
     """
     specs = routed_specs(backend, dtype, head_dim, block_size, gqa, sliding_window, rope, bits,
-                         value_dim)  # fmt: skip
+                         value_dim, chunked, softcap)  # fmt: skip
     window = 4 if sliding_window else None
+    rules = dict(chunk=4 if chunked else None, softcap=50.0 if softcap else None)
     shape = (17, block_size, 1, head_dim)
     if min(bits[:2]) < 16:
         kv = QuantizedKVPages.zeros(shape, dtype, *bits)
@@ -251,7 +265,7 @@ def warm_up(
                 mx.eval(paged_attention_decode_rope(queries, new, new, *args,
                                                     rope_inv_freq=freqs, **forced))  # fmt: skip
             else:
-                mx.eval(paged_attention_decode(queries, *args, **forced))
+                mx.eval(paged_attention_decode(queries, *args, **forced, **rules))
         if progress is not None:
             progress(spec, time.perf_counter() - tic)
     return specs

@@ -136,7 +136,8 @@ def _ring_subpages(spec: KernelSpec, nsg: int, stages: int) -> int:
 def define(spec: KernelSpec) -> KernelDefinition:
     """Render `spec` (pass 1 or pass 2) into a checked `KernelDefinition` (once per process)."""
     header = render_macro(TEMPLATES, "_dialect.jinja", "cuda_header", spec)
-    window = ("window",) if spec.sliding_window else ()
+    # The window size, or the chunk size of chunked attention (`_visible_keys.jinja`).
+    window = ("window",) if spec.sliding_window or spec.chunked else ()
     if spec.is_reduce:
         return check_definition(
             KernelDefinition(
@@ -177,6 +178,7 @@ def _pass_one(spec: KernelSpec, geo: Geometry, header: str, window: tuple) -> Ke
         header=header,
         input_names=("queries", *pages, "block_tables", "seq_lens", "scale")
         + window
+        + (("softcap",) if spec.softcap else ())
         + new_token
         + counters,
         output_names=outputs,

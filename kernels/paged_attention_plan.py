@@ -29,11 +29,11 @@ class LaunchPlan:
     one flat array for the fused split-K); a `fused` pass 1 also takes and returns the counters
     (`CounterChain`).
 
-    `launch(queries, k_pages, v_pages, block_tables, seq_lens, scale[, window][, k_new, v_new,
-    rope_inv_freq][, k_scales, k_biases][, v_scales, v_biases][, counters])` adds the plan's
-    kernels to MLX's graph and returns a list: the output, then the rotated key of a `rope`
-    plan, then a fused plan's next counters. It is `launch_eager` under `mx.compile`: traced
-    once, each later call replays the kernel nodes without rebuilding them (see
+    `launch(queries, k_pages, v_pages, block_tables, seq_lens, scale[, window or chunk][,
+    softcap][, k_new, v_new, rope_inv_freq][, k_scales, k_biases][, v_scales, v_biases][,
+    counters])` adds the plan's kernels to MLX's graph and returns a list: the output, then the
+    rotated key of a `rope` plan, then a fused plan's next counters. It is `launch_eager` under
+    `mx.compile`: traced once, each later call replays the kernel nodes without rebuilding them (see
     `_launch_function`).
     """
 
@@ -47,7 +47,7 @@ class LaunchPlan:
     out_shape: tuple[int, ...]
     dtype: mx.Dtype
     counter_slots: int = 0  # the counters a fused call needs: one per group
-    window: bool = False  # takes the window size
+    window: bool = False  # takes the window size (or the chunk size of chunked attention)
     rope: bool = False  # takes the step's new K/V and RoPE frequencies, returns the rotated K
     page_inputs: int = 2  # K and V arrays, or quantized pages' one array of rows
     reduce_kernel: Any = None
@@ -78,10 +78,12 @@ def launch_plan(
     rope: bool = False,
     bits: tuple[int, int, int] = (16, 16, 0),
     value_dim: int = 0,
+    chunked: bool = False,
+    softcap: bool = False,
 ) -> LaunchPlan:
     """The plan of one shape (see `paged_attention_decode` for the arguments; `rope`: the
     `decode_rope_*` kernels; `bits`: K bits, V bits and group size of quantized pages;
-    `value_dim`: V's head size where it is not K's);
+    `value_dim`: V's head size where it is not K's; `chunked`, `softcap`: `KernelSpec`'s);
     raises `UnsupportedSpecError` for a shape the kernels cannot serve."""
     if num_heads % num_kv_heads:
         raise UnsupportedSpecError(
@@ -91,11 +93,11 @@ def launch_plan(
     table_tokens = table_blocks * block_size
     kernel, partition_size = _kernel_and_partition(
         kernel, partition_size, backend, dtype, head_dim, block_size, groups, table_tokens,
-        bits, value_dim,
+        bits, value_dim, plain_scores=not (chunked or softcap),
     )  # fmt: skip
     spec = KernelSpec(
         kernel, backend, dtype_name(dtype), head_dim, block_size, num_heads // num_kv_heads,
-        partition_size, sliding_window, rope, *bits, value_dim,
+        partition_size, sliding_window, rope, *bits, value_dim, chunked, softcap,
     )  # fmt: skip
     if num_queries != 1:
         raise UnsupportedSpecError(
@@ -103,7 +105,7 @@ def launch_plan(
         )
     shapes = dict(
         groups=groups, out_shape=(num_seqs, num_heads, num_queries, spec.v_dim), dtype=dtype,
-        window=sliding_window, rope=rope, page_inputs=1 if spec.quantized else 2,
+        window=sliding_window or chunked, rope=rope, page_inputs=1 if spec.quantized else 2,
     )  # fmt: skip
     tg = _threads(spec)
     if not spec.partitioned:
@@ -124,8 +126,9 @@ def _two_pass_plan(spec: KernelSpec, grid, tg: int, rows: tuple, shapes: dict) -
     """Pass 1 writes fp32 partials per partition of `rows` (sequences, heads, partitions);
     `decode_reduce` merges them."""
     reduce = dataclasses.replace(
-        spec, kernel="decode_reduce", rope=False, k_bits=16, v_bits=16, group_size=0
-    )
+        spec, kernel="decode_reduce", rope=False, k_bits=16, v_bits=16, group_size=0,
+        softcap=False,
+    )  # fmt: skip
     partials = ((*rows, spec.v_dim), rows, rows)
     num_seqs, num_heads, _ = rows
     return LaunchPlan(
@@ -145,11 +148,13 @@ def _kernel_and_partition(
     table_tokens,
     bits,
     value_dim,
+    plain_scores=True,
 ) -> tuple[str, int]:
     """The routed kernel and partition length, or the forced `kernel`'s (with the partition
     length routing would give it unless `partition_size` is set)."""
     if kernel is None:
-        return route(backend, dtype, head_dim, block_size, groups, table_tokens, bits, value_dim)
+        return route(backend, dtype, head_dim, block_size, groups, table_tokens, bits, value_dim,
+                     plain_scores)  # fmt: skip
     if kernel not in KERNELS or KERNELS[kernel].split == "reduce":
         raise UnsupportedSpecError(
             f"{kernel!r} is not a kernel to launch (pass 1 kernels: "
@@ -197,7 +202,7 @@ def _launch_function(plan: LaunchPlan) -> Callable:
         shapes = [*plan.partial_shapes, *rotated]
         outputs = call(inputs, shapes, partial_dtypes + rotated_dtype)
         lens = 2 + plan.page_inputs  # after the queries, the pages and the block tables
-        out = plan.reduce_kernel(  # the partials, seq_lens and the window if any
+        out = plan.reduce_kernel(  # the partials, seq_lens and the window (or chunk) if any
             inputs=[*outputs[:3], inputs[lens], *inputs[lens + 2 : lens + 2 + plan.window]],
             template=template,
             grid=plan.reduce_grid,

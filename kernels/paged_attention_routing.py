@@ -67,11 +67,18 @@ def dtype_name(dtype: mx.Dtype) -> str:
 
 
 def tensor_cores_serve(
-    backend: str, dtype: mx.Dtype, head_dim: int, block_size: int, value_dim: int = 0
+    backend: str,
+    dtype: mx.Dtype,
+    head_dim: int,
+    block_size: int,
+    value_dim: int = 0,
+    plain_scores: bool = True,
 ) -> bool:
-    """Whether the tensor-core kernels are routed for this shape (V heads of K's size only)."""
+    """Whether the tensor-core kernels are routed for this shape (V heads of K's size, scores
+    neither soft-capped nor chunked: `KernelSpec.softcap`, `chunked`)."""
     return (
         not value_dim
+        and plain_scores
         and backend == "cuda"
         and dtype in (mx.bfloat16, mx.float16)
         and head_dim in TENSOR_CORE_HEAD_DIMS
@@ -106,11 +113,13 @@ def route(
     table_tokens: int,
     bits: tuple[int, int, int] = (16, 16, 0),
     value_dim: int = 0,
+    plain_scores: bool = True,
 ) -> Route:
     """The kernel (and partition length) for `groups` (sequence, KV head) pairs over a block
     table `table_tokens` wide, on pages of `bits` (K bits, V bits, group size), with V heads of
-    `value_dim` where not K's (the SIMT kernels); see the table above."""
-    if not tensor_cores_serve(backend, dtype, head_dim, block_size, value_dim):
+    `value_dim` where not K's and scores not `plain_scores` (the SIMT kernels); see the table
+    above."""
+    if not tensor_cores_serve(backend, dtype, head_dim, block_size, value_dim, plain_scores):
         partitions = math.ceil(table_tokens / SIMT_PARTITION_SIZE)
         if (
             partitions == 1
@@ -151,13 +160,18 @@ def routed_specs(
     rope: bool = False,
     bits: tuple[int, int, int] = (16, 16, 0),
     value_dim: int = 0,
+    chunked: bool = False,
+    softcap: bool = False,
 ) -> list[KernelSpec]:
     """Every spec the routing can call for one attention shape (what `warm_up` compiles);
     `rope`: their `decode_rope_*` forms (the reduce pass has none: it is shared); `bits`: K
     bits, V bits and group size of quantized pages (the reduce reads no pages); `value_dim`: V's
-    head size where it is not K's."""
+    head size where it is not K's; `chunked`, `softcap`: as `KernelSpec`'s (the reduce
+    computes no scores, so it takes no cap)."""
     quantized = min(bits[:2]) < 16
-    tensor_cores = tensor_cores_serve(backend, dtype, head_dim, block_size, value_dim)
+    tensor_cores = tensor_cores_serve(
+        backend, dtype, head_dim, block_size, value_dim, not (chunked or softcap)
+    )
     if tensor_cores and quantized and ring_refuses_quantized(*bits[:2]):
         sizes = {"decode_tc_splitk_direct": (TC_PARTITION_SIZE,)}  # `route`'s one choice here
     else:
@@ -181,6 +195,8 @@ def routed_specs(
             rope and name != "decode_reduce",
             *(bits if name != "decode_reduce" else (16, 16, 0)),
             value_dim,
+            chunked,
+            softcap and name != "decode_reduce",
         )  # fmt: skip
         for name, name_sizes in sizes.items()
         for size in name_sizes

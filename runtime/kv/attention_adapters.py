@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 from mlx_lm.models import gemma2, llama4
 
@@ -82,24 +84,42 @@ class ChunkedLlamaAttention(llama4.Attention):
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(b, length, -1))
 
 
+# Per mlx-lm class: its stand-in, and the score rule it hands attention (`ScoreRules`).
 ADAPTERS = {
-    gemma2.Attention: (SoftcapAttention, "soft-capped attention scores (gemma2)"),
-    llama4.LlamaModel: (ChunkedLlamaModel, "chunked attention (llama4)"),
+    gemma2.Attention: (SoftcapAttention, "softcap"),
+    llama4.LlamaModel: (ChunkedLlamaModel, "chunked"),
     llama4.Attention: (ChunkedLlamaAttention, None),
 }
 
 
-def adapt_attention(model) -> list[str]:
-    """Swap the model's modules listed in `ADAPTERS` for their paged stand-ins; returns what
-    the adapted modules compute that no decode kernel does (empty: the kernels serve it)."""
-    beyond_kernels = []
+@dataclass(frozen=True)
+class ScoreRules:
+    """What a model's attention computes besides plain masked scores: a cap on the scores
+    (gemma2), or chunks some layers attend within (llama4). The SIMT decode kernels take both;
+    the tensor-core and RoPE-fused ones compute plain scores."""
+
+    softcap: bool = False
+    chunked: bool = False
+
+    @property
+    def plain(self) -> bool:
+        return not (self.softcap or self.chunked)
+
+    def __str__(self) -> str:
+        rules = [("soft-capped scores (gemma2)", self.softcap), ("chunks (llama4)", self.chunked)]
+        return " and ".join(name for name, on in rules if on) or "plain scores"
+
+
+def adapt_attention(model) -> ScoreRules:
+    """Swap the model's modules listed in `ADAPTERS` for their paged stand-ins; returns the
+    score rules the adapted modules hand attention."""
+    rules = set()
     for _, module in model.named_modules():
         adapter = ADAPTERS.get(type(module))
         if adapter is not None:
             module.__class__ = adapter[0]
-            if adapter[1] is not None and adapter[1] not in beyond_kernels:
-                beyond_kernels.append(adapter[1])
-    return beyond_kernels
+            rules.add(adapter[1])
+    return ScoreRules(softcap="softcap" in rules, chunked="chunked" in rules)
 
 
 def serves_chunked_attention(model) -> bool:

@@ -53,7 +53,8 @@ def paged_scaled_dot_product_attention(
     """Drop-in for mlx-lm's `scaled_dot_product_attention` that understands paged caches.
 
     Decode steps (one query per row) run the generated kernel when the pool has a kernel
-    backend, the RoPE-fused one (`decode_rope_*`) when the step defers RoPE to attention.
+    backend (soft-capped and chunked scores too), the RoPE-fused one (`decode_rope_*`) when
+    the step defers RoPE to attention.
     Prefill runs MLX's causal SDPA as mlx-lm does: over this forward's own K/V when every row
     starts at position 0, else row by row over the row's gathered context. Sliding windows
     narrower than the context, attention sinks and the CPU's decode run the reference. Every
@@ -79,15 +80,16 @@ def _paged(queries, keys, values, cache, scale: float, rules: PagedMask, sinks) 
     it exactly: the kernel, MLX's causal SDPA, or the reference."""
     meta, pool, window = cache.metadata, cache.pool, rules.window
     phase = "decode" if meta.num_query_tokens == 1 else "prefill"
-    # Soft-capped scores (gemma2) and chunks (llama4) have no kernel nor MLX SDPA: the
-    # reference serves them.
-    plain = sinks is None and rules.softcap is None and rules.chunk is None
-    if phase == "decode" and pool.decode_backend is not None and plain:
+    if phase == "decode" and pool.decode_backend is not None and sinks is None:
         pool.attention_calls["kernel", phase] += 1
         return paged_attention_decode(
             queries, cache.k_pages, cache.v_pages, meta.block_tables, meta.context_lens,
             scale=scale, window=window, backend=pool.decode_backend, counters=pool.counters,
+            chunk=rules.chunk, softcap=rules.softcap,
         )  # fmt: skip
+    # Soft-capped scores (gemma2) and chunks (llama4) have no MLX SDPA: the reference serves
+    # their prefill.
+    plain = sinks is None and rules.softcap is None and rules.chunk is None
     if phase == "prefill" and plain and _own_kv_suffices(meta, window, sinks):
         pool.attention_calls["causal", phase] += 1
         if pool.prefill_shapes is not None:

@@ -7,6 +7,7 @@ import logging
 
 import mlx.core as mx
 
+from mlx_paged.kv.attention_adapters import ScoreRules
 from mlx_paged.kv.fused_rope_setup import enable_fused_rope
 from mlx_paged.kv.kv_layout import KVLayout
 from mlx_paged.kv.paged_cache import PagedKVPool
@@ -23,15 +24,14 @@ def select_decode_kernel(
     block_size: int,
     mode: str,
     bits: tuple[int, int, int] = (16, 16, 0),
-    beyond_kernels: tuple[str, ...] = (),
+    rules: ScoreRules = ScoreRules(),
 ) -> str | None:
     """The backend whose generated kernel will run decode attention, or None for the reference.
 
     "auto" takes the kernel when MLX runs on a Metal/CUDA GPU and the model's shapes are ones
     the kernels are generated for (else it logs why not); "kernel" raises instead. `bits`: K
     bits, V bits and group size of the pages (below 16, the dequantizing SIMT kernels).
-    `beyond_kernels`: what the model's attention computes that no kernel does
-    (`adapt_attention`).
+    `rules`: the model's score rules (`adapt_attention`), which the SIMT kernels take.
     """
     from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
     from mlx_paged.kernels.paged_attention import current_backend
@@ -45,10 +45,8 @@ def select_decode_kernel(
                 f"MLX runs on {mx.default_device()}, and the paged "
                 f"decode kernels need a Metal or CUDA GPU"
             )
-        if beyond_kernels:
-            raise UnsupportedSpecError(f"no kernel computes {' or '.join(beyond_kernels)}")
         for shape in layout.by_shape():  # layers of another K/V shape need their own kernels
-            _check_kernel_shape(backend, shape, block_size, bits)
+            _check_kernel_shape(backend, shape, block_size, bits, rules)
     except UnsupportedSpecError as exc:
         if mode == "kernel":
             raise ValueError(f"--paged-attention kernel: {exc}") from exc
@@ -57,7 +55,9 @@ def select_decode_kernel(
     return backend
 
 
-def _check_kernel_shape(backend: str, layout: KVLayout, block_size: int, bits) -> None:
+def _check_kernel_shape(
+    backend: str, layout: KVLayout, block_size: int, bits, rules: ScoreRules = ScoreRules()
+) -> None:
     """Raise `UnsupportedSpecError` unless the kernels serve this uniform layout."""
     from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
     from mlx_paged.kernels.paged_attention_routing import routed_specs
@@ -69,28 +69,47 @@ def _check_kernel_shape(backend: str, layout: KVLayout, block_size: int, bits) -
             f"queries are {layout.query_dtype} but the cache is {layout.dtype}"
         )
     gqa = layout.num_heads // layout.num_kv_heads
-    routed_specs(backend, layout.dtype, layout.head_dim, block_size, gqa, layout.sliding_window,
-                 bits=bits, value_dim=layout.value_dim)  # fmt: skip
+    for sliding, chunked in _masks(layout, rules):
+        routed_specs(backend, layout.dtype, layout.head_dim, block_size, gqa, sliding,
+                     bits=bits, value_dim=layout.value_dim, chunked=chunked,
+                     softcap=rules.softcap)  # fmt: skip
+
+
+def _masks(layout: KVLayout, rules: ScoreRules) -> list[tuple[bool, bool]]:
+    """(sliding window, chunked) of each kind of layer: full attention, and windowed or
+    chunked layers where the model has them."""
+    return (
+        [(False, False)] + [(True, False)] * layout.sliding_window + [(False, True)] * rules.chunked
+    )
 
 
 def warm_up_kernels(
-    backend: str, layout: KVLayout, block_size: int, rope: bool, bits=(16, 16, 0)
+    backend: str,
+    layout: KVLayout,
+    block_size: int,
+    rope: bool,
+    bits=(16, 16, 0),
+    rules: ScoreRules = ScoreRules(),
 ) -> None:
     """Compile every decode kernel the model will call (the `decode_rope_*` ones too when decode
-    steps fuse RoPE; the dequantizing ones on pages of `bits`), logging each."""
+    steps fuse RoPE; the dequantizing ones on pages of `bits`; for its score `rules`), logging
+    each."""
     from mlx_paged.kernels.paged_attention import warm_up
     from mlx_paged.kernels.paged_attention_routing import routed_specs
 
-    windows = (False, True) if layout.sliding_window else (False,)
     variants = [
-        (shape.head_dim, shape.num_heads // shape.num_kv_heads, w, r, shape.value_dim)
+        (shape.head_dim, shape.num_heads // shape.num_kv_heads, w, r, shape.value_dim, c)
         for shape in layout.by_shape()
-        for w in windows
+        for w, c in _masks(layout, rules)
         for r in ((False, True) if rope else (False,))
     ]
     total = sum(
-        len(routed_specs(backend, layout.dtype, dim, block_size, gqa, w, r, bits, value_dim))
-        for dim, gqa, w, r, value_dim in variants
+        len(
+            routed_specs(
+                backend, layout.dtype, dim, block_size, gqa, w, r, bits, value_dim, c, rules.softcap
+            )
+        )  # fmt: skip
+        for dim, gqa, w, r, value_dim, c in variants
     )
     count = [0]
 
@@ -99,9 +118,10 @@ def warm_up_kernels(
         logger.info("compiled kernel %d/%d %s (%.1f s)", count[0], total, spec.name, seconds)
 
     logger.info("paged decode attention: %s kernels; compiling %d specs", backend, total)
-    for dim, gqa, sliding, with_rope, value_dim in variants:
-        warm_up(backend, layout.dtype, dim, block_size, gqa, sliding, progress,
-                rope=with_rope, bits=bits, value_dim=value_dim)  # fmt: skip
+    for dim, gqa, sliding, with_rope, value_dim, chunked in variants:
+        warm_up(backend, layout.dtype, dim, block_size, gqa, sliding, progress, rope=with_rope,
+                bits=bits, value_dim=value_dim, chunked=chunked,
+                softcap=rules.softcap)  # fmt: skip
 
 
 def cuda_prefill_shapes(layout: KVLayout) -> PrefillShapes | None:
@@ -124,19 +144,22 @@ def choose_attention_paths(
     paged_attention: str,
     fused_rope: str,
     bits,
-    beyond_kernels: tuple[str, ...],
+    rules: ScoreRules,
 ) -> None:
     """Set the pool's decode backend (compiling and warming its kernels), its recurrence
     backend (`recurrence_hook`), CUDA's prefill shapes and fused RoPE."""
     from mlx_paged.kernels.paged_attention import current_backend
 
     pool.decode_backend = select_decode_kernel(
-        layout, pool.block_size, paged_attention, bits, beyond_kernels
+        layout, pool.block_size, paged_attention, bits, rules
     )
     pool.recurrence_backend = current_backend() if paged_attention != "reference" else None
     if mx.default_device() == mx.gpu and mx.cuda.is_available():
         pool.prefill_align = CUDA_PREFILL_ALIGN
         pool.prefill_shapes = cuda_prefill_shapes(layout)
+    if not rules.plain and fused_rope != "off":  # "on" was refused at setup
+        logger.info("decode attention without fused RoPE: the model's attention has %s", rules)
+        fused_rope = "off"
     rope = enable_fused_rope(model, layout, pool, fused_rope)
     if pool.decode_backend is not None:
-        warm_up_kernels(pool.decode_backend, layout, pool.block_size, rope, bits)
+        warm_up_kernels(pool.decode_backend, layout, pool.block_size, rope, bits, rules)

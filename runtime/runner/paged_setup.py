@@ -160,9 +160,9 @@ def build_paged_path(
     check_model_supported(model_type)
     install_attention_hook()
     install_recurrence_hook()
-    beyond_kernels = tuple(adapt_attention(model))
-    if beyond_kernels and fused_rope == "on":
-        raise ValueError(f"fused RoPE cannot compute {beyond_kernels[0]}: use --fused-rope off")
+    rules = adapt_attention(model)
+    if not rules.plain and fused_rope == "on":
+        raise ValueError(f"fused RoPE computes plain scores, not {rules}: use --fused-rope off")
     layout = probe_kv_layout(model)
     logger.debug("layers with fused input projections: %d", fuse_input_projections(model))
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
@@ -184,7 +184,7 @@ def build_paged_path(
                        layout.head_dim, layout.dtype, k_bits, v_bits, kv_group_size,
                        [(h, k, v) for h, k, _, v in layout.shapes], groups)  # fmt: skip
     bits = (k_bits, v_bits, kv_group_size if min(k_bits, v_bits) < 16 else 0)
-    choose_attention_paths(model, layout, pool, paged_attention, fused_rope, bits, beyond_kernels)
+    choose_attention_paths(model, layout, pool, paged_attention, fused_rope, bits, rules)
     states = StatePool(layout.state, num_slots) if num_slots else None
     slots = StateSlots(num_slots, enable_prefix_caching) if num_slots else None
     kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching, slots, groups.windows,

@@ -46,8 +46,9 @@ def make_case(
     return queries, k_pages, v_pages, mx.array(tables), mx.array(np.array(lens, np.int32))
 
 
-def reference(queries, k_pages, v_pages, tables, lens, scale, window=None):
-    """The oracle, in float32 on the CPU (GPU matmuls may use TF32)."""
+def reference(queries, k_pages, v_pages, tables, lens, scale, window=None, **rules):
+    """The oracle, in float32 on the CPU (GPU matmuls may use TF32); `rules`: `chunk` and
+    `softcap` as `paged_attention_reference` takes them."""
     with mx.stream(mx.cpu):
         out = paged_attention_reference(
             queries.astype(mx.float32),
@@ -58,6 +59,7 @@ def reference(queries, k_pages, v_pages, tables, lens, scale, window=None):
             (lens - 1)[:, None],
             scale=scale,
             window=window,
+            **rules,
         )
         mx.eval(out)
     return out

@@ -144,3 +144,15 @@ def test_sinks_decode_on_the_reference_path_with_mlx_lm_tokens(tmp_path):
     expected, tokens, calls = _mlx_lm_and_engine_tokens(folder, [list(range(5, 45)), [7, 8, 9]])
     assert tokens == expected
     assert calls.get(("kernel", "decode"), 0) == 0 and calls.get(("reference", "decode"), 0) > 0
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "llama4:llama4_text"])
+def test_soft_capped_and_chunked_attention_decode_on_the_kernel(tmp_path, model_type):
+    """gemma2's soft-capped scores and llama4's chunks (of 8 tokens: the 40-token prompt
+    crosses five) on the SIMT kernels: every decode step's attention, mlx-lm's tokens."""
+    folder = build_model(
+        tmp_path / "m", model_type, head_dim=64, num_attention_heads=4, num_key_value_heads=2
+    )
+    expected, tokens, calls = _mlx_lm_and_engine_tokens(folder, [list(range(5, 45)), [7, 8, 9]])
+    assert tokens == expected
+    assert calls.get(("reference", "decode"), 0) == 0 and calls.get(("kernel", "decode"), 0) > 0

@@ -100,6 +100,35 @@ def test_v_heads_of_their_own_size_match_reference(case):
         assert err <= TOLERANCE[dtype], f"{kernel}: max abs error {err}"
 
 
+# (dtype, head size, block size, gqa, window, chunk, cap): gemma2's cap of 50 (with its window
+# layers' window too), a cap of 5 that bends most scores, and llama4's chunks (8192 tokens as
+# released, and chunks that cut the ragged rows' contexts).
+SCORE_RULE_CASES = [
+    (BF16, 256, 16, 2, None, None, 50.0),
+    (BF16, 256, 16, 2, 100, None, 50.0),
+    (F32, 128, 16, 4, None, None, 5.0),
+    (BF16, 128, 16, 5, None, 8192, None),
+    (F16, 128, 32, 5, None, 300, None),
+    (F32, 64, 8, 2, None, 7, 20.0),
+]
+
+
+@pytest.mark.parametrize("case", SCORE_RULE_CASES, ids=str)
+def test_soft_capped_and_chunked_scores_match_reference(case):
+    dtype, head_dim, block_size, gqa, window, chunk, softcap = case
+    lens = [1, block_size * 3 + 5, 1301, 512, 2049]
+    inputs = make_case(5, lens, num_kv_heads=2, gqa=gqa, head_dim=head_dim,
+                       block_size=block_size, dtype=dtype)  # fmt: skip
+    scale = head_dim**-0.5
+    ref = reference(*inputs, scale, window, chunk=chunk, softcap=softcap)
+    for kernel in (None, *SIMT):
+        out = paged_attention_decode(*inputs, scale=scale, window=window, chunk=chunk,
+                                     softcap=softcap, kernel=kernel)  # fmt: skip
+        assert out.dtype == dtype and out.shape == ref.shape
+        err = max_error(out, ref)
+        assert err <= TOLERANCE[dtype], f"{kernel}: max abs error {err}"
+
+
 @pytest.mark.parametrize("batch", [1, 3, 64, 256])
 def test_batch_sizes(batch):
     rng = np.random.default_rng(batch)

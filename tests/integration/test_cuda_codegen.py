@@ -14,6 +14,7 @@ from mlx_paged.kernels.catalog import (
     all_specs,
     quantized_specs,
     representative_specs,
+    score_rule_specs,
     value_dim_specs,
 )
 from mlx_paged.kernels.gated_delta import gated_delta_specs, gated_delta_step_specs
@@ -57,6 +58,13 @@ def test_value_dim_cuda_kernels_compile_without_spilling():
         small = spec.dtype != "float32" and spec.gqa <= 4
         assert report.spill_bytes == 0 or not small, (spec.name, report)
         assert report.spill_bytes <= 128 or spec.dtype == "float32", (spec.name, report)
+
+
+def test_score_rule_cuda_kernels_compile_without_spilling():
+    for spec in score_rule_specs("cuda"):
+        report = check_cuda_source(define(spec))
+        assert 0 < report.registers <= 255, (spec.name, report)
+        assert report.spill_bytes == 0 or spec.dtype == "float32", (spec.name, report)
 
 
 def test_quantized_cuda_kernels_compile_without_spilling():

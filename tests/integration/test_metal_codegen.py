@@ -12,7 +12,12 @@ import mlx.core as mx
 import pytest
 
 from mlx_paged.codegen.metal_check import MetalCheckError, check_metal_source
-from mlx_paged.kernels.catalog import quantized_specs, representative_specs, value_dim_specs
+from mlx_paged.kernels.catalog import (
+    quantized_specs,
+    representative_specs,
+    score_rule_specs,
+    value_dim_specs,
+)
 from mlx_paged.kernels.gated_delta import (
     GatedDeltaSpec,
     gated_delta_specs,
@@ -38,6 +43,9 @@ GOLDEN_SPECS = [
     GatedDeltaSpec("metal", "bfloat16", 16, 16, 128, 128, 4),  # and its decode step
     # Expanded MLA's K 192 / V 128.
     KernelSpec("decode_simt", "metal", "bfloat16", 192, 16, 1, value_dim=128),
+    # gemma2's window layers (soft-capped scores) and llama4's chunked layers.
+    KernelSpec.parse("decode_simt_metal_bf16_hd256_bs16_g2_sw_sc"),
+    KernelSpec.parse("decode_reduce_metal_bf16_hd128_bs32_g5_p512_ck"),
 ]
 
 
@@ -62,6 +70,15 @@ def test_value_dim_metal_specs_compile():
         source = capture_metal_source(spec)
         check_metal_source(source, spec.name)
         assert f"constexpr int VALUE_DIM = {spec.value_dim};" in source
+
+
+def test_score_rule_metal_specs_compile():
+    """Soft-capped scores take a tanh; a chunk moves the first key to its chunk's start."""
+    for spec in score_rule_specs("metal"):
+        source = capture_metal_source(spec)
+        check_metal_source(source, spec.name)
+        assert ("pa_cap * tanh(" in source) == spec.softcap, spec.name
+        assert ("- 1) / window[0] * window[0]" in source) == spec.chunked, spec.name
 
 
 def test_quantized_metal_specs_compile():

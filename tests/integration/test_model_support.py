@@ -84,12 +84,12 @@ def test_mistral3_around_ministral3_is_served_exactly(tiny_model_dir):
 
 @pytest.mark.parametrize(
     ("model_type", "what"),
-    [("gemma2", "soft-capped attention scores"), ("llama4:llama4_text", "chunked attention")],
+    [("gemma2", "soft-capped scores"), ("llama4:llama4_text", "chunks")],
 )
 def test_fused_rope_is_refused_where_an_adapter_computes_what_it_cannot(
     tiny_model_dir, model_type, what
 ):
-    with pytest.raises(ValueError, match=f"fused RoPE cannot compute {what}"):
+    with pytest.raises(ValueError, match=f"fused RoPE computes plain scores, not {what}"):
         LLM(str(tiny_model_dir(model_type)), num_blocks=16, fused_rope="on")
 
 
