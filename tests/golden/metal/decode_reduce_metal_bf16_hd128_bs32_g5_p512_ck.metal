@@ -24,7 +24,8 @@ const int pr_len = seq_lens[pr_seq];
 const int64_t pr_row = int64_t(pr_seq) * pr_num_heads + pr_head;
 const int64_t pr_base = pr_row * pr_num_parts;
 
-const int pr_first = max(0, (pr_len - 1) / window[0] * window[0]) / PARTITION;
+int pr_first = 0;
+pr_first = max(0, (pr_len - 1) / window[0] * window[0]) / PARTITION;
 const int pr_last = (pr_len - 1) / PARTITION;
 
 float pr_max = pr_fmin;

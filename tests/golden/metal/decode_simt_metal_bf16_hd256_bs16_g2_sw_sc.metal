@@ -45,8 +45,8 @@ const int pa_sub = pa_lane % TPR;
 const int pa_len = seq_lens[pa_seq];
 int pa_begin = 0;
 int pa_end = pa_len;
-// Decode queries sit at position len - 1: a window or their chunk hides the keys before.
-pa_begin = max(pa_begin, max(0, pa_len - window[0]));
+// Decode queries sit at position len - 1 and see the last `window` keys.
+pa_begin = max(pa_begin, pa_len - window[0]);
 if (pa_begin >= pa_end) {
   for (int i = pa_tid; i < GQA * VALUE_DIM; i += NSG * 32) {
     const int g = i / VALUE_DIM;

@@ -49,8 +49,8 @@ const int pa_part = threadgroup_position_in_grid.z;
 const int pa_num_parts = threadgroups_per_grid.z;
 int pa_begin = pa_part * PARTITION;
 int pa_end = min(pa_len, pa_begin + PARTITION);
-// Decode queries sit at position len - 1: a window or their chunk hides the keys before.
-pa_begin = max(pa_begin, max(0, pa_len - window[0]));
+// Decode queries sit at position len - 1 and see the last `window` keys.
+pa_begin = max(pa_begin, pa_len - window[0]);
 // Partitions with nothing to see exit before any barrier (uniform across the threadgroup);
 // the reduce kernel skips them by the same rule.
 if (pa_begin >= pa_end) {
