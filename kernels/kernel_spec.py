@@ -7,7 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlx_paged.kernels.decode_kernels import KERNELS
-from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES, RowLayout, row_layout
+from mlx_paged.kernels.quantized_pages import (
+    KV_BITS,
+    KV_GROUP_SIZES,
+    RowLayout,
+    ring_refuses_quantized,
+    row_layout,
+)
 from mlx_paged.kernels.quantized_ring_rows import slot_row_stride
 
 BACKENDS = ("metal", "cuda")
@@ -27,22 +33,13 @@ class UnsupportedSpecError(ValueError):
     """A kernel or shape this project does not generate; the message names the spec."""
 
 
-def ring_refuses_quantized(k_bits: int, v_bits: int) -> str | None:
-    """Why the tensor-core ring kernels cannot stage these quantized pages, or None."""
-    if max(k_bits, v_bits) == 16:
-        return "the tensor-core ring stages both sides quantized or both at 16 bits"
-    return None
-
-
 @dataclass(frozen=True)
 class KernelSpec:
     """One kernel (a key of `KERNELS`) at one shape, e.g.
     `decode_tc_splitk_cuda_bf16_hd128_bs16_g4_p1024` or `decode_simt_metal_f32_hd80_bs8_g3_sw`
-    (`pN`: tokens per partition of a split kernel; `sw`: sliding-window support;
-    `dvN`: V heads of N where they differ from K's, e.g.
-    `decode_simt_cuda_bf16_hd192_dv128_bs16_g4`; `ck`: chunked attention, the query seeing
-    the keys of its own chunk (llama4); `sc`: soft-capped scores, `cap * tanh(s / cap)`
-    (gemma2)).
+    (`pN`: tokens per partition of a split kernel; `sw`: sliding-window support; `dvN`: V
+    heads of N where not K's size; `ck`: chunked attention (llama4); `sc`: soft-capped scores,
+    `cap * tanh(s / cap)` (gemma2)).
 
     With `rope`, the kernel also does the decode step's RoPE (its name starts `decode_rope_`):
     it takes the step's unrotated query, key and value, rotates the query and key, attends over
@@ -93,8 +90,7 @@ class KernelSpec:
         reason = (
             "a chunk and a sliding window are two masks" if self.chunked and self.sliding_window
             else None if not (self.chunked or self.softcap)
-            else "the tensor-core kernels compute plain scores" if self.tensor_cores
-            else "the RoPE kernels compute plain scores" if self.rope
+            else "tensor cores and RoPE compute plain scores" if self.tensor_cores or self.rope
             else "the reduce pass computes no scores to cap" if self.softcap and self.is_reduce
             else None
         )  # fmt: skip

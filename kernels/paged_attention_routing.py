@@ -27,8 +27,8 @@ from mlx_paged.kernels.kernel_spec import (
     TENSOR_CORE_HEAD_DIMS,
     KernelSpec,
     UnsupportedSpecError,
-    ring_refuses_quantized,
 )
+from mlx_paged.kernels.quantized_pages import ring_refuses_quantized
 
 SIMT_PARTITION_SIZE = 512
 # The SIMT single pass wins once the groups fill the GPU: then splitting only adds the reduce.

@@ -221,3 +221,10 @@ def check_kv_quantization(k_bits: int, v_bits: int, group_size: int, head_dim: i
             f"the model's head dim ({head_dim}) is not a multiple of --kv-group-size "
             f"({group_size}), so its K/V cannot be quantized in those groups; {way_out}"
         )
+
+
+def ring_refuses_quantized(k_bits: int, v_bits: int) -> str | None:
+    """Why the tensor-core ring kernels cannot stage these quantized pages, or None."""
+    if max(k_bits, v_bits) == 16:
+        return "the tensor-core ring stages both sides quantized or both at 16 bits"
+    return None

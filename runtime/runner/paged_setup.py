@@ -8,7 +8,7 @@ import os
 import mlx.core as mx
 
 from mlx_paged.kernels.quantized_pages import check_kv_quantization, layer_bytes_per_token
-from mlx_paged.kv.attention_adapters import adapt_attention
+from mlx_paged.kv.attention_adapters import ScoreRules, adapt_attention
 from mlx_paged.kv.attention_hook import check_model_supported, install_attention_hook
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
 from mlx_paged.kv.kv_groups import KVCacheGroups, plan_groups
@@ -157,15 +157,7 @@ def build_paged_path(
     holds, fewer: then admission waits for a slot. `kv_groups`: sliding-window layers get
     KV cache groups of their own (`kv_groups.py`) where their page shapes allow.
     """
-    check_model_supported(model_type)
-    install_attention_hook()
-    install_recurrence_hook()
-    rules = adapt_attention(model)
-    if not rules.plain and fused_rope == "on":
-        raise ValueError(f"fused RoPE computes plain scores, not {rules}: use --fused-rope off")
-    layout = probe_kv_layout(model)
-    logger.debug("layers with fused input projections: %d", fuse_input_projections(model))
-    logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
+    rules, layout = _prepare_model(model, model_type, fused_rope)
     if layout.values_differ and min(k_bits, v_bits) < 16:
         raise ValueError(
             "quantized pages keep K and V of one head size, and this model's V heads differ "
@@ -192,6 +184,21 @@ def build_paged_path(
     _log_pool(pool, block_bytes // block_size, enable_prefix_caching, states, wanted)
     compiled = compile_decode == "on" or (compile_decode == "auto" and bool(pool.decode_backend))
     return PagedRunner(model, pool, kv, compiled, layout.plan, states), kv
+
+
+def _prepare_model(model, model_type: str, fused_rope: str) -> tuple[ScoreRules, KVLayout]:
+    """Refuse what pages cannot serve, hook mlx-lm's attention and recurrence, adapt the
+    families that need it, and probe the K/V layout; the model's score rules and layout."""
+    check_model_supported(model_type)
+    install_attention_hook()
+    install_recurrence_hook()
+    rules = adapt_attention(model)
+    if not rules.plain and fused_rope == "on":
+        raise ValueError(f"fused RoPE computes plain scores, not {rules}: use --fused-rope off")
+    layout = probe_kv_layout(model)
+    logger.debug("layers with fused input projections: %d", fuse_input_projections(model))
+    logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
+    return rules, layout
 
 
 def state_pool_slots(max_live_requests: int) -> int:
