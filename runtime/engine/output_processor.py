@@ -56,6 +56,7 @@ class OutputProcessor:
             text, matched = state.stops.feed(state.detokenizer.last_segment)
             out.text += text if matched else text + state.stops.flush()
         out.finish_reason = "stop" if matched else finish
+        out.stop_string = state.stops.matched if matched else None
         return out
 
     def _logprob_entry(self, core: CoreOutput) -> TokenLogprob:

@@ -32,6 +32,7 @@ class RequestOutput:
     num_generated_tokens: int = 0
     num_cached_tokens: int = 0
     error: str | None = None
+    stop_string: str | None = None  # the stop string that ended it ("stop"), if one did
 
     @property
     def finished(self) -> bool:

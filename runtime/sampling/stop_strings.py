@@ -23,6 +23,7 @@ class StopStringMatcher:
     def __init__(self, stops: Sequence[str]):
         self.stops = [s for s in stops if s]
         self._held = ""
+        self.matched: str | None = None  # the stop string that ended the text, once one did
 
     def feed(self, text: str) -> tuple[str, bool]:
         """Add generated text; return (text safe to emit, whether a stop string matched).
@@ -33,10 +34,11 @@ class StopStringMatcher:
         if not self.stops:
             return text, False
         held = self._held + text
-        hits = [i for i in (held.find(s) for s in self.stops) if i >= 0]
+        hits = [(i, s) for i, s in ((held.find(s), s) for s in self.stops) if i >= 0]
         if hits:
             self._held = ""
-            return held[: min(hits)], True
+            at, self.matched = min(hits, key=lambda hit: hit[0])
+            return held[:at], True
         keep = partial_suffix_len(held, self.stops)
         self._held = held[len(held) - keep :] if keep else ""
         return held[: len(held) - keep], False

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 logger = logging.getLogger("mlx_paged.server")
 
-CHAT, COMPLETION = "chat", "completion"
+CHAT, COMPLETION, MESSAGES = "chat", "completion", "messages"
 BOTH = (CHAT, COMPLETION)
 ACCEPTED, IGNORED, REFUSED = "accepted", "ignored", "refused"
 MAX_LOGGED_UNKNOWN = 256  # distinct unknown names logged before the log stops naming them
@@ -94,11 +94,45 @@ FIELDS: tuple[Field, ...] = (
     Field("service_tier", BOTH, IGNORED, "one tier"),
     Field("role_mapping", BOTH, IGNORED, "mlx_lm.server's option for models without a chat "
           "template; the template (or `role: content` lines without one) decides"),
+    # Anthropic's Messages API (`POST /v1/messages`; `count_tokens` reads the same fields).
+    Field("model", (MESSAGES,), ACCEPTED, "as on the OpenAI routes: the served model's id, "
+          "an alias, or `default`; another name is a 404 `not_found_error`"),
+    Field("messages", (MESSAGES,), ACCEPTED, "required; `user` and `assistant` turns, content a "
+          "string or blocks: `text`, `tool_use` (assistant), `tool_result` (user; `is_error` "
+          "prefixes `Error: `); `thinking` blocks are dropped; `image` and `document` are a 400 "
+          "on a text-only model"),
+    Field("system", (MESSAGES,), ACCEPTED, "a string or a list of text blocks: the system turn"),
+    Field("max_tokens", (MESSAGES,), ACCEPTED, "required; 1 to 1,000,000 and within the context"),
+    Field("stop_sequences", (MESSAGES,), ACCEPTED, "strings that end the output: `stop_reason` "
+          "is then `stop_sequence`, and `stop_sequence` names the one that matched"),
+    Field("temperature", (MESSAGES,), ACCEPTED, "0 is greedy (default: `--temp`); clients "
+          "send it as an extra body field"),
+    Field("top_p", (MESSAGES,), ACCEPTED, "nucleus sampling (default: `--top-p`)"),
+    Field("top_k", (MESSAGES,), ACCEPTED, "keep the k likeliest tokens (default: `--top-k`)"),
+    Field("stream", (MESSAGES,), ACCEPTED, "Anthropic's named events: `message_start`, "
+          "`content_block_start`, `content_block_delta`, `content_block_stop`, `message_delta`, "
+          "`message_stop`; `ping` while a request waits"),
+    Field("tools", (MESSAGES,), ACCEPTED, "custom tools (`name`, `description`, "
+          "`input_schema`), rendered by the chat template; calls come back as `tool_use` "
+          "blocks with `stop_reason: tool_use`; server tools and `strict` are a 400"),
+    Field("tool_choice", (MESSAGES,), ACCEPTED, "`auto`, or `none` (the tools are not offered); "
+          "`any` and `tool` are a 400 (forcing a call needs constrained decoding)"),
+    Field("thinking", (MESSAGES,), ACCEPTED, "`{\"type\": \"enabled\"}` or `disabled`: the "
+          "chat template's `enable_thinking`"),
+    Field("output_config", (MESSAGES,), REFUSED, "`format` (structured outputs) is a 400: "
+          "refused, not silently unconstrained"),
+    Field("container", (MESSAGES,), REFUSED, "code execution runs on Anthropic's servers"),
+    Field("mcp_servers", (MESSAGES,), REFUSED, "MCP connectors run on Anthropic's servers"),
+    Field("context_management", (MESSAGES,), REFUSED, "not supported"),
+    Field("metadata", (MESSAGES,), IGNORED, "`user_id` for abuse tracking: one local server "
+          "has none"),
+    Field("service_tier", (MESSAGES,), IGNORED, "one tier"),
 )  # fmt: skip
 
 
 def fields_for(route: str, status: str | None = None) -> tuple[Field, ...]:
-    """The fields `route` ("chat" or "completion") knows, of one `status` if given."""
+    """The fields `route` ("chat", "completion" or "messages") knows, of one `status` if
+    given."""
     return tuple(f for f in FIELDS if route in f.routes and (status is None or f.status == status))
 
 

@@ -7,6 +7,8 @@ import queue
 import time
 
 from mlx_paged.errors import InvalidRequestError
+from mlx_paged.server.anthropic_request import count_tokens, parse_messages
+from mlx_paged.server.anthropic_routes import COUNT_TOKENS_ROUTE, AnthropicMixin
 from mlx_paged.server.client_liveness import INTERIM_CONTINUE, KEEPALIVE_COMMENT, ClientWatch
 from mlx_paged.server.protocol import ParsedRequest, parse_chat, parse_completion
 from mlx_paged.server.responses import SSE_DONE, ResponseBuilder, sse_event, usage
@@ -18,6 +20,7 @@ PARSERS = {
     "/v1/chat/completions": parse_chat,
     "/chat/completions": parse_chat,
     "/v1/completions": parse_completion,
+    "/v1/messages": parse_messages,
 }
 
 
@@ -27,7 +30,7 @@ def _sse_error(message: str) -> bytes:
     )
 
 
-class GenerationMixin:
+class GenerationMixin(AnthropicMixin):
     """Completion handling for the HTTP handler (which provides `state`, `wfile` and the
     send helpers)."""
 
@@ -36,9 +39,27 @@ class GenerationMixin:
         if state.shutting_down:
             raise InvalidRequestError("the server is shutting down", status=503)
         state.guard.busy(self.connection)
+        if path == COUNT_TOKENS_ROUTE:
+            self._send_json(200, count_tokens(body, state.engine.tokenizer))
+            return
         req: ParsedRequest = PARSERS[path](body, state.engine.tokenizer, state.defaults)
         state.unknown_fields.note(req.kind, body)
         del body  # all that is needed is parsed; a large body is not held while it generates
+        stream = self._queue(req)
+        tools = self._tool_extractor(req)
+        if req.kind == "messages":
+            self.answer_message(req, stream, tools)
+            return
+        builder = ResponseBuilder(req.kind, state.model_id, req.tokens_as_ids)
+        if req.stream:
+            self._stream_response(req, stream, builder, tools)
+        else:
+            self._full_response(req, stream, builder, tools)
+
+    def _queue(self, req: ParsedRequest):
+        """Check `req` against the served model and the engine's limits, and queue it; its
+        output stream."""
+        state = self.state
         if req.model is not None and req.model not in state.model_aliases:
             raise InvalidRequestError(
                 f"model {req.model!r} is not served here; this server serves {state.model_id!r}",
@@ -49,18 +70,16 @@ class GenerationMixin:
         state.engine.check_request(req.prompt_token_ids, req.params, req.max_tokens_explicit)
         if not state.engine.is_alive:
             raise InvalidRequestError("the engine is not running", status=503)
-        stream = state.engine.add_request(req.prompt_token_ids, req.params)
-        builder = ResponseBuilder(req.kind, state.model_id, req.tokens_as_ids)
-        tokenizer = state.engine.tokenizer
-        tools = None
-        if req.tools and tokenizer.has_tool_calling:
-            tools = ToolCallExtractor(
-                tokenizer.tool_call_start, tokenizer.tool_call_end, tokenizer.tool_parser, req.tools
-            )
-        if req.stream:
-            self._stream_response(req, stream, builder, tools)
-        else:
-            self._full_response(req, stream, builder, tools)
+        return state.engine.add_request(req.prompt_token_ids, req.params)
+
+    def _tool_extractor(self, req: ParsedRequest) -> ToolCallExtractor | None:
+        """The parser of the tool calls in `req`'s output, where it offers tools."""
+        tokenizer = self.state.engine.tokenizer
+        if not (req.tools and tokenizer.has_tool_calling):
+            return None
+        return ToolCallExtractor(
+            tokenizer.tool_call_start, tokenizer.tool_call_end, tokenizer.tool_parser, req.tools
+        )
 
     def _write_now(self, data: bytes) -> None:
         self.wfile.write(data)

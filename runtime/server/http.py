@@ -15,36 +15,22 @@ from http.server import BaseHTTPRequestHandler
 
 from mlx_paged.errors import InvalidRequestError
 from mlx_paged.server.body_reader import BodyReaderMixin, release_freed_memory
+from mlx_paged.server.error_shapes import error_body
 from mlx_paged.server.generation import GenerationMixin
 from mlx_paged.server.header_budget import HeaderBudgetReader
 from mlx_paged.server.state import ServerState
 
 logger = logging.getLogger("mlx_paged.server")
 
-_ERROR_TYPES = {
-    401: "authentication_error",
-    404: "not_found_error",
-    405: "invalid_request_error",
-    408: "timeout_error",
-    500: "server_error",
-    501: "not_implemented_error",
-    503: "service_unavailable",
-    505: "invalid_request_error",
-}
 GET_ROUTES = ("/health", "/metrics", "/v1/models")
-POST_ROUTES = ("/v1/chat/completions", "/chat/completions", "/v1/completions")
+POST_ROUTES = (
+    "/v1/chat/completions",
+    "/chat/completions",
+    "/v1/completions",
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+)
 GONE = (ConnectionError, TimeoutError)
-
-
-def error_body(
-    status: int, message: str, param: str | None = None, code: str | None = None
-) -> bytes:
-    """OpenAI's error shape."""
-    kind = _ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
-    return json.dumps(
-        {"error": {"message": message, "type": kind, "param": param, "code": code}},
-        ensure_ascii=False,
-    ).encode()
 
 
 class APIHandler(GenerationMixin, BodyReaderMixin, BaseHTTPRequestHandler):
@@ -95,7 +81,10 @@ class APIHandler(GenerationMixin, BodyReaderMixin, BaseHTTPRequestHandler):
     def _cors(self) -> None:
         self.send_header("Access-Control-Allow-Origin", self.state.allowed_origins)
         self.send_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-        self.send_header("Access-Control-Allow-Headers", "Content-Type, Authorization")
+        self.send_header(
+            "Access-Control-Allow-Headers",
+            "Content-Type, Authorization, x-api-key, anthropic-version, anthropic-beta",
+        )
 
     def _send_bytes(self, status: int, body: bytes, content_type: str, headers=()) -> None:
         self.send_response(status)
@@ -123,24 +112,29 @@ class APIHandler(GenerationMixin, BodyReaderMixin, BaseHTTPRequestHandler):
         code: str | None = None,
         headers=(),
     ) -> None:
-        self._send_bytes(
-            status, error_body(status, message, param, code), "application/json", headers
-        )
+        anthropic = self._route().startswith("/v1/messages")
+        body = error_body(status, message, param, code, anthropic)
+        self._send_bytes(status, body, "application/json", headers)
 
     def _authorized(self) -> bool:
         key = self.state.api_key
         if key is None:
             return True
-        given = self.headers.get_all("Authorization") or []
+        # Bearer tokens (OpenAI's clients) and x-api-key (Anthropic's) alike.
+        authorization = self.headers.get_all("Authorization") or []
+        x_api_key = self.headers.get_all("x-api-key") or []
+        given = [v[7:] if v.startswith("Bearer ") else None for v in authorization] + x_api_key
         ok = (
-            len(given) == 1
-            and given[0].startswith("Bearer ")
-            and hmac.compare_digest(given[0][7:].encode(), key.encode())
+            len(authorization) <= 1
+            and len(x_api_key) <= 1
+            and bool(given)
+            and all(v is not None and hmac.compare_digest(v.encode(), key.encode()) for v in given)
         )
         if not ok:
             self._send_error(
                 401,
-                "missing or wrong API key: send one 'Authorization: Bearer <key>' header",
+                "missing or wrong API key: send one 'Authorization: Bearer <key>' or "
+                "'x-api-key: <key>' header",
                 code="invalid_api_key",
             )
         return ok

@@ -8,7 +8,8 @@ from http.server import ThreadingHTTPServer
 
 from mlx_paged.server.body_reader import keep_large_buffers_out_of_the_heap
 from mlx_paged.server.connections import ConnectionGuard
-from mlx_paged.server.http import GONE, APIHandler, error_body
+from mlx_paged.server.error_shapes import error_body
+from mlx_paged.server.http import GONE, APIHandler
 from mlx_paged.server.state import ServerState
 
 logger = logging.getLogger("mlx_paged.server")

@@ -18,6 +18,7 @@ EXPECT = {
     "delta.result.finish_reason": r"\[(stop|length), \d+ tokens\]",
     "AsyncLLM(": r"capital of France\? -> .*\nName a color\. -> ",
     "OpenAI(": r"\S",
+    "Anthropic(": r"\S",
 }
 
 

@@ -73,10 +73,28 @@ def test_api_key_is_enforced_and_never_logged(tmp_path):
         client = OpenAI(base_url=srv.url + "/v1", api_key=SECRET, max_retries=0)
         r = client.chat.completions.create(model=MODEL, messages=FRANCE)
         assert r.choices[0].message.content == "The capital of France is Paris."
+        _anthropic_key_checks(srv.url)
     finally:
         assert srv.stop() == 0
     assert SECRET not in srv.log()
     assert "127.0.0.1" in srv.log()  # bound to loopback by default
+
+
+def _anthropic_key_checks(url: str) -> None:
+    """Anthropic's clients send `x-api-key`: the key works there too, in Anthropic's error
+    shape when wrong; two credentials that differ are refused."""
+    from anthropic import Anthropic, AuthenticationError
+
+    body = {"model": MODEL, "max_tokens": 12, "messages": FRANCE}
+    for headers in ({"x-api-key": "wrong"}, {"x-api-key": SECRET, "Authorization": "Bearer x"}):
+        status, data = request(url, "POST", "/v1/messages", body, headers)
+        assert status == 401 and json.loads(data)["error"]["type"] == "authentication_error"
+    with pytest.raises(AuthenticationError):
+        Anthropic(base_url=url, api_key="nope", max_retries=0).messages.create(**body)
+    reply = Anthropic(base_url=url, api_key=SECRET, max_retries=0).messages.create(
+        **body, extra_body={"temperature": 0}
+    )
+    assert reply.content[0].text == "The capital of France is Paris."
 
 
 def test_sigterm_finishes_in_flight_requests_and_exits_zero(tmp_path):

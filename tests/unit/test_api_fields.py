@@ -7,6 +7,7 @@ import pytest
 
 from mlx_paged.errors import InvalidRequestError
 from mlx_paged.server import api_doc
+from mlx_paged.server.anthropic_request import parse_messages
 from mlx_paged.server.api_fields import ACCEPTED, IGNORED, REFUSED, UnknownFieldLog, names
 from mlx_paged.server.protocol import parse_chat, parse_completion
 
@@ -14,8 +15,10 @@ DEFAULTS = {"max_tokens": 64, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "min
 MINIMAL = {
     "chat": {"messages": [{"role": "user", "content": "hi"}]},
     "completion": {"prompt": "hi"},
+    "messages": {"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]},
 }
-PARSE = {"chat": parse_chat, "completion": parse_completion}
+PARSE = {"chat": parse_chat, "completion": parse_completion, "messages": parse_messages}
+ROUTES = list(PARSE)
 
 
 class RecordingBody(dict):
@@ -38,14 +41,14 @@ class RecordingBody(dict):
         return super().__contains__(key)
 
 
-@pytest.mark.parametrize("route", ["chat", "completion"])
+@pytest.mark.parametrize("route", ROUTES)
 def test_parsers_read_exactly_the_accepted_and_refused_fields(tiny_tokenizer, route):
     body = RecordingBody(MINIMAL[route])
     PARSE[route](body, tiny_tokenizer, DEFAULTS)
     assert body.read == names(route, ACCEPTED) | names(route, REFUSED)
 
 
-@pytest.mark.parametrize("route", ["chat", "completion"])
+@pytest.mark.parametrize("route", ROUTES)
 def test_every_refused_field_is_refused_by_name(tiny_tokenizer, route):
     for name in names(route, REFUSED):
         bad = {"modalities": ["audio"], "response_format": {"type": "json_object"}}.get(name, 2)
@@ -54,7 +57,7 @@ def test_every_refused_field_is_refused_by_name(tiny_tokenizer, route):
         assert info.value.param == name and info.value.status == 400
 
 
-@pytest.mark.parametrize("route", ["chat", "completion"])
+@pytest.mark.parametrize("route", ROUTES)
 def test_ignored_fields_change_nothing(tiny_tokenizer, route):
     plain = PARSE[route](dict(MINIMAL[route]), tiny_tokenizer, DEFAULTS)
     extra = {name: "x" for name in names(route, IGNORED)}

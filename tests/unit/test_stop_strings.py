@@ -31,7 +31,9 @@ def test_overlapping_prefix_keeps_the_right_tail():
 
 def test_earliest_of_several_stops_wins_and_rest_is_dropped():
     m = StopStringMatcher(["\n\n", "User:"])
+    assert m.matched is None
     assert m.feed("one User: two\n\nthree") == ("one ", True)
+    assert m.matched == "User:"  # the one that ended the text, for stop_sequence
 
 
 def test_flush_returns_held_text():
