@@ -112,7 +112,8 @@ class APIHandler(GenerationMixin, BodyReaderMixin, BaseHTTPRequestHandler):
         code: str | None = None,
         headers=(),
     ) -> None:
-        anthropic = self._route().startswith("/v1/messages")
+        # A refused request line has no path: those answers take OpenAI's shape.
+        anthropic = getattr(self, "path", "").startswith("/v1/messages")
         body = error_body(status, message, param, code, anthropic)
         self._send_bytes(status, body, "application/json", headers)
 
