@@ -42,6 +42,7 @@ class RequestRuntime:
     stop_token_ids: frozenset | None = None  # end-of-sequence ids that stop it, built once
     num_sampled: int = 0  # tokens sampled so far, counting any the stop checker held back
     step_failures: int = 0  # failed steps it was part of (fault isolation)
+    matcher: Any = None  # its grammar's llguidance matcher (structured output), else None
 
 
 @dataclass(eq=False)

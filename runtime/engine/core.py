@@ -34,6 +34,7 @@ from mlx_paged.runner.contiguous_runner import ContiguousRunner
 from mlx_paged.runner.paged_setup import build_paged_path
 from mlx_paged.sampling.sampler import make_row_sampling
 from mlx_paged.sampling.sampling_params import SamplingParams
+from mlx_paged.structured.matchers import GrammarMatchers
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class Engine(EngineInbox, StepRecovery):
             pool_flag="--num-blocks" if config.num_blocks else "--kv-budget",
         )
         self._check_sampling = SamplingCheck(logits.shape[-1], logits.dtype, self._xtc_special)
+        self.runner.grammars = GrammarMatchers(tokenizer._tokenizer, logits.shape[-1])
         self.failed_steps_in_a_row = 0
         self.last_step_error: str | None = None
         self._requests: dict[str, Request] = {}  # submitted and not finished, by id
@@ -280,6 +282,8 @@ class Engine(EngineInbox, StepRecovery):
         if params.seed is not None and not resumed:
             mx.random.seed(params.seed)  # safe: a seeded request runs alone
         req.runtime.sampling = make_row_sampling(params, req.all_token_ids[:-1], self._xtc_special)
+        if params.grammar is not None and req.runtime.matcher is None:
+            req.runtime.matcher = self.runner.grammars.matcher(params.grammar)
         if not resumed:
             self.metrics.prefix_cache_hit_tokens_total += req.num_cached_tokens
 

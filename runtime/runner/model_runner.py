@@ -16,6 +16,7 @@ import mlx.core as mx
 
 from mlx_paged.request import PromptSchedule, Request
 from mlx_paged.sampling.sampler import sample
+from mlx_paged.structured.matchers import GrammarMatchers, constrain, consume
 
 
 @dataclass(slots=True)
@@ -61,6 +62,8 @@ class LookaheadDecoder:
 
     # Seconds decode steps waited for the device to finish the previous step's samples.
     device_wait_seconds: float = 0.0
+    # Masks of the rows with a grammar (structured output); the engine sets it.
+    grammars: GrammarMatchers | None = None
 
     def reset_decode(self) -> None:
         self.decode_rows: list[Request] = []
@@ -79,17 +82,31 @@ class LookaheadDecoder:
             raise RuntimeError("decode rows differ from the runner's batch order")
         inputs, current_logprobs = self.next_tokens, self.next_logprobs
         logits = forward(inputs)
+        matchers = [r.runtime.matcher for r in rows]
+        constrained = any(m is not None for m in matchers)
+        if constrained:  # the masks need the fed tokens: filled while the forward runs
+            mx.async_eval(logits)
+            outputs = self._fed_outputs(rows, inputs, current_logprobs)
+            logits = constrain(logits, self.grammars.masks(matchers))
         tokens, logprobs, contexts = sample(logits, inputs, [r.runtime.sampling for r in rows])
         self.next_tokens, self.next_logprobs = tokens, _rows_asking(rows, logprobs)
         writes = pending_writes() if pending_writes else ()
         mx.async_eval(tokens, _present(self.next_logprobs), contexts, writes)
+        if not constrained:
+            outputs = self._fed_outputs(rows, inputs, current_logprobs)
+        return outputs
+
+    def _fed_outputs(self, rows, inputs: mx.array, logprobs: list) -> list[RowOutput]:
+        """Wait for the fed tokens and return those that are outputs, advancing the grammar
+        matchers of their requests by them."""
         tic = time.perf_counter()
-        mx.eval(inputs, _present(current_logprobs))
+        mx.eval(inputs, _present(logprobs))
         self.device_wait_seconds += time.perf_counter() - tic
-        outputs = [RowOutput(r, t, lp) for r, t, lp in zip(rows, inputs.tolist(), current_logprobs)]
+        outputs = [RowOutput(r, t, lp) for r, t, lp in zip(rows, inputs.tolist(), logprobs)]
         if self.emitted_ids:  # rare: first tokens `emit_pending` already handed out
             outputs = [o for o in outputs if o.request.request_id not in self.emitted_ids]
             self.emitted_ids.clear()
+        _advance_matchers(outputs)
         return outputs
 
     def emit_pending(self) -> list[RowOutput]:
@@ -102,11 +119,15 @@ class LookaheadDecoder:
         emitted = self.emitted_ids
         outputs = [RowOutput(r, t, lp) for r, t, lp in pending if r.request_id not in emitted]
         emitted.update(o.request.request_id for o in outputs)
+        _advance_matchers(outputs)
         return outputs
 
     def start_rows(self, rows: list[Request], logits: mx.array, inputs: mx.array) -> None:
         """Sample the first tokens of requests whose last prompt token gave `logits`, and append
         them to the decode batch (their tokens come out at the next decode step)."""
+        matchers = [r.runtime.matcher for r in rows]
+        if any(m is not None for m in matchers):
+            logits = constrain(logits, self.grammars.masks(matchers))
         tokens, logprobs, contexts = sample(logits, inputs, [r.runtime.sampling for r in rows])
         wanted = _rows_asking(rows, logprobs)
         mx.async_eval(tokens, _present(wanted), contexts)
@@ -144,6 +165,12 @@ class LookaheadDecoder:
         self.next_tokens = self.next_tokens[mx.array(keep)] if keep else None
         self.next_logprobs = [self.next_logprobs[i] for i in keep]
         return keep
+
+
+def _advance_matchers(outputs: list[RowOutput]) -> None:
+    for out in outputs:
+        if out.request.runtime.matcher is not None:
+            consume(out.request.runtime.matcher, out.token)
 
 
 def _rows_asking(rows: list[Request], logprobs: mx.array) -> list[mx.array | None]:

@@ -12,6 +12,7 @@ from mlx_paged.engine.chat_prompt import chat_messages, render_chat
 from mlx_paged.sampling.sampling_params import SamplingParams
 from mlx_paged.server.protocol import ParsedRequest
 from mlx_paged.server.request_fields import MAX_TOKENS_LIMIT, NUMBER, err, typed
+from mlx_paged.structured.grammars import check_grammar, json_schema_grammar
 
 TOOL_CHOICES = ("auto", "any", "tool", "none")
 
@@ -28,6 +29,7 @@ def parse_messages(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
         top_k=typed(body, "top_k", int, defaults["top_k"], label="an integer"),
         min_p=defaults["min_p"],
         stop=_stop_sequences(body),
+        grammar=_output_format(body, tokenizer),
     )
     stream = typed(body, "stream", bool, False, label="a boolean")
     model = typed(body, "model", str, None, label="a string")
@@ -52,13 +54,23 @@ def conversation(body: dict) -> tuple[list[dict], list | None, dict]:
     return chat_messages(messages), tools, _thinking(body)
 
 
-def _check_unsupported(body: dict) -> None:
+def _output_format(body: dict, tokenizer) -> str | None:
+    """The grammar of `output_config.format` (Anthropic's structured outputs), else None."""
     config = body.get("output_config")
-    if config is not None and (not isinstance(config, dict) or config.get("format") is not None):
-        raise err(
-            "output_config.format: structured outputs are not supported by this server yet",
-            "output_config",
-        )
+    if config is None:
+        return None
+    fmt = config.get("format") if isinstance(config, dict) else "bad"
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or "schema" not in fmt:
+        raise err("output_config.format must be {'type': 'json_schema', 'schema': {...}}",
+                  "output_config")  # fmt: skip
+    grammar = json_schema_grammar(fmt["schema"], "output_config")
+    check_grammar(grammar, tokenizer._tokenizer, "output_config")
+    return grammar
+
+
+def _check_unsupported(body: dict) -> None:
     for name in ("container", "mcp_servers", "context_management"):
         if body.get(name) is not None:
             raise err(f"{name}: this parameter is not supported", name)

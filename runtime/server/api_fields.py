@@ -78,8 +78,10 @@ FIELDS: tuple[Field, ...] = (
     Field("best_of", BOTH, REFUSED, "only 1"),
     Field("echo", BOTH, REFUSED, "echoing the prompt is not supported"),
     Field("suffix", BOTH, REFUSED, "insertion is not supported"),
-    Field("response_format", BOTH, REFUSED, "only `{\"type\": \"text\"}`; JSON modes are "
-          "refused, not silently unconstrained"),
+    Field("response_format", BOTH, ACCEPTED, "`text`; `json_object` (any JSON object) or "
+          "`json_schema` (`{\"json_schema\": {\"name\", \"schema\", \"strict\"}}`): sampling is "
+          "constrained so that the output parses and validates (compact JSON, `finish_reason` "
+          "`stop` when it is complete); a schema that cannot constrain output is a 400"),
     Field("functions", BOTH, REFUSED, "the deprecated form of `tools`: send `tools`"),
     Field("function_call", BOTH, REFUSED, "the deprecated form of `tool_choice`"),
     Field("audio", BOTH, REFUSED, "text only"),
@@ -119,8 +121,9 @@ FIELDS: tuple[Field, ...] = (
           "`any` and `tool` are a 400 (forcing a call needs constrained decoding)"),
     Field("thinking", (MESSAGES,), ACCEPTED, "`{\"type\": \"enabled\"}` or `disabled`: the "
           "chat template's `enable_thinking`"),
-    Field("output_config", (MESSAGES,), REFUSED, "`format` (structured outputs) is a 400: "
-          "refused, not silently unconstrained"),
+    Field("output_config", (MESSAGES,), ACCEPTED, "`{\"format\": {\"type\": \"json_schema\", "
+          "\"schema\": ...}}`: structured outputs, sampling constrained so that the text "
+          "validates; a schema that cannot constrain output is a 400"),
     Field("container", (MESSAGES,), REFUSED, "code execution runs on Anthropic's servers"),
     Field("mcp_servers", (MESSAGES,), REFUSED, "MCP connectors run on Anthropic's servers"),
     Field("context_management", (MESSAGES,), REFUSED, "not supported"),

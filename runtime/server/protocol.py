@@ -13,6 +13,11 @@ from mlx_paged.sampling.sampling_params import SamplingParams
 from mlx_paged.server.request_fields import err as _err
 from mlx_paged.server.request_fields import sampling_params as _sampling_params
 from mlx_paged.server.request_fields import typed as _typed
+from mlx_paged.structured.grammars import (
+    any_json_object_grammar,
+    check_grammar,
+    json_schema_grammar,
+)
 
 
 @dataclass
@@ -45,9 +50,6 @@ def _check_unsupported(body: dict) -> None:
         raise _err("echo: echoing the prompt is not supported", "echo")
     if body.get("suffix"):
         raise _err("suffix: insertion (suffix) is not supported", "suffix")
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise _err("response_format: only {'type': 'text'} is supported", "response_format")
     for name in ("functions", "function_call", "audio", "prediction", "logit_bias_schema"):
         if body.get(name) is not None:
             raise _err(f"{name}: this parameter is not supported", name)
@@ -56,12 +58,36 @@ def _check_unsupported(body: dict) -> None:
         raise _err("modalities: only ['text'] is supported", "modalities")
 
 
+def _response_format(body: dict, tokenizer) -> str | None:
+    """The grammar of `response_format` (`json_object`, `json_schema`), or None for text."""
+    fmt = body.get("response_format")
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return any_json_object_grammar()
+    if kind != "json_schema":
+        raise _err("response_format: type must be 'text', 'json_object' or 'json_schema'",
+                   "response_format")  # fmt: skip
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict) or "schema" not in spec:
+        raise _err(
+            "response_format: json_schema needs an object with a 'schema'", "response_format"
+        )
+    grammar = json_schema_grammar(spec["schema"], "response_format")
+    check_grammar(grammar, tokenizer._tokenizer, "response_format")
+    return grammar
+
+
 def parse_chat(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
     """Validate a `/v1/chat/completions` body and render its prompt with the chat template."""
     _check_unsupported(body)
     messages = chat_messages(body.get("messages"))
     tools = body.get("tools")
     params, explicit = _sampling_params(body, defaults, chat=True)
+    params.grammar = _response_format(body, tokenizer)
     stream, include_usage = _stream_flags(body)
     ids = render_chat(tokenizer, messages, tools, body.get("chat_template_kwargs"))
     return ParsedRequest(
@@ -103,6 +129,7 @@ def parse_completion(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
             "prompt",
         )
     params, explicit = _sampling_params(body, defaults, chat=False)
+    params.grammar = _response_format(body, tokenizer)
     stream, include_usage = _stream_flags(body)
     return ParsedRequest(
         "completion",

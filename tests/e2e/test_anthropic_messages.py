@@ -119,9 +119,9 @@ def _raw_post(url: str, body: dict) -> tuple[int, dict]:
         ),  # fmt: skip
         ({"tool_choice": {"type": "any"}}, 400, "constrained decoding"),
         (
-            {"output_config": {"format": {"type": "json_schema", "schema": {}}}},
+            {"output_config": {"format": {"type": "json_schema", "schema": {"type": "x"}}}},
             400,
-            "structured outputs",
+            "cannot constrain output",
         ),  # fmt: skip
         (
             {"tools": [{"type": "web_search_20250305", "name": "web_search"}]},
@@ -136,7 +136,7 @@ def _raw_post(url: str, body: dict) -> tuple[int, dict]:
         "model",
         "image",
         "tool_choice_any",
-        "output_format",
+        "bad_output_schema",
         "server_tool",
         "role",
         "stop_sequences",

@@ -57,7 +57,10 @@ def test_body_must_be_a_json_object(raw, fragment):
         ({"top_logprobs": 3}, "top_logprobs"),
         ({"stream": "true"}, "stream"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"schema": 1}}},
+            "response_format",
+        ),
         ({"functions": [{"name": "f"}]}, "functions"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ({"seed": "x"}, "seed"),
