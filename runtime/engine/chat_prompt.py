@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from mlx_paged.engine.tool_prompt import with_tool_prompt
 from mlx_paged.errors import InvalidRequestError
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -27,14 +28,15 @@ def render_chat(
     appended; a model without a chat template gets `role: content` lines.
 
     Args:
-        tools: OpenAI function tools for templates that render them.
+        tools: OpenAI function tools: rendered by templates that take them, written into the
+            system turn for the others (`tool_prompt.with_tool_prompt`).
         template_kwargs: extra template variables (e.g. `{"enable_thinking": False}`).
     """
     if tools is not None:
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
             raise _err("tools must be a list of tool objects", "tools")
-        if tools and not tokenizer.has_tool_calling:
-            raise _err("tools: this model's chat template does not support tool calling", "tools")
+        if tools and not tokenizer.has_tool_calling:  # the tools go in the system turn
+            messages, tools = with_tool_prompt(messages, tools), None
     kwargs = _template_kwargs(template_kwargs)
     if kwargs and not tokenizer.has_chat_template:
         raise _err("chat_template_kwargs: this model has no chat template", "chat_template_kwargs")

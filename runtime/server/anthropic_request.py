@@ -9,6 +9,7 @@ Anthropic's error shape.
 from __future__ import annotations
 
 from mlx_paged.engine.chat_prompt import chat_messages, render_chat
+from mlx_paged.engine.tool_prompt import forced_call
 from mlx_paged.sampling.sampling_params import SamplingParams
 from mlx_paged.server.protocol import ParsedRequest
 from mlx_paged.server.request_fields import MAX_TOKENS_LIMIT, NUMBER, err, typed
@@ -22,6 +23,13 @@ def parse_messages(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
     _check_unsupported(body)
     messages, tools, kwargs = conversation(body)
     ids = render_chat(tokenizer, messages, tools, kwargs)
+    grammar = _output_format(body, tokenizer)
+    choice = body.get("tool_choice") or {}
+    if choice.get("type") in ("any", "tool"):
+        if grammar is not None:
+            raise err("output_config.format and a forced tool call cannot both shape one "
+                      "answer", "tool_choice")  # fmt: skip
+        grammar = forced_call(tokenizer, tools, choice.get("name"), "tool_choice")
     params = SamplingParams(
         max_tokens=_max_tokens(body),
         temperature=typed(body, "temperature", NUMBER, defaults["temperature"], label="a number"),
@@ -29,7 +37,7 @@ def parse_messages(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
         top_k=typed(body, "top_k", int, defaults["top_k"], label="an integer"),
         min_p=defaults["min_p"],
         stop=_stop_sequences(body),
-        grammar=_output_format(body, tokenizer),
+        grammar=grammar,
     )
     stream = typed(body, "stream", bool, False, label="a boolean")
     model = typed(body, "model", str, None, label="a string")
@@ -192,6 +200,8 @@ def _tools(body: dict) -> list | None:
         return None
     if not isinstance(tools, list):
         raise err("tools must be a list of tool objects", "tools")
+    choice = body.get("tool_choice")
+    forced = isinstance(choice, dict) and choice.get("type") in ("any", "tool")
     out = []
     for j, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type", "custom") != "custom":
@@ -201,9 +211,10 @@ def _tools(body: dict) -> list | None:
         schema = tool.get("input_schema")
         if not isinstance(tool.get("name"), str) or not isinstance(schema, dict):
             raise err(f"tools[{j}] needs a string name and an object input_schema", "tools")
-        if tool.get("strict"):
-            raise err(f"tools[{j}].strict: strict tools need constrained decoding, which this "
-                      f"server does not have yet", "tools")  # fmt: skip
+        if tool.get("strict") and not forced:
+            raise err(f"tools[{j}].strict: a strict tool's input validates when the call is "
+                      f"forced (tool_choice 'any' or 'tool'); with 'auto' it is not "
+                      f"supported yet", "tools")  # fmt: skip
         function = {"name": tool["name"], "parameters": schema}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
@@ -218,10 +229,8 @@ def _tool_choice(body: dict) -> str:
     if not isinstance(choice, dict) or choice.get("type") not in TOOL_CHOICES:
         raise err(f"tool_choice must be an object whose type is one of {TOOL_CHOICES}",
                   "tool_choice")  # fmt: skip
-    if choice["type"] in ("any", "tool"):
-        raise err(f"tool_choice {choice['type']!r}: forcing a tool call needs constrained "
-                  f"decoding, which this server does not have yet; use 'auto'",
-                  "tool_choice")  # fmt: skip
+    if choice["type"] == "tool" and not isinstance(choice.get("name"), str):
+        raise err("tool_choice of type 'tool' needs the tool's name", "tool_choice")
     return choice["type"]
 
 

@@ -70,8 +70,10 @@ FIELDS: tuple[Field, ...] = (
           "`logprobs: true`"),
     Field("return_tokens_as_token_ids", BOTH, ACCEPTED, "vLLM's: log-probability tokens as "
           "`token_id:<id>` strings"),
-    Field("tools", (CHAT,), ACCEPTED, "function tools, rendered by the model's chat template; "
-          "calls the model makes come back as `tool_calls` (400 if the template has no tools)"),
+    Field("tools", (CHAT,), ACCEPTED, "function tools, rendered by the model's chat template, "
+          "or, where it has no tools, written into the system turn in one format "
+          "(`<tool_call>{\"name\", \"arguments\"}</tool_call>`); calls come back as "
+          "`tool_calls`"),
     Field("chat_template_kwargs", (CHAT,), ACCEPTED, "an object of extra variables for the "
           "chat template, e.g. `{\"enable_thinking\": false}`"),
     Field("n", BOTH, REFUSED, "only 1: send several requests for several completions"),
@@ -88,7 +90,11 @@ FIELDS: tuple[Field, ...] = (
     Field("prediction", BOTH, REFUSED, "predicted outputs are not supported"),
     Field("logit_bias_schema", BOTH, REFUSED, "not supported"),
     Field("modalities", BOTH, REFUSED, "only `[\"text\"]`"),
-    Field("tool_choice", BOTH, IGNORED, "the model decides whether to call a tool (`auto`)"),
+    Field("tool_choice", (CHAT,), ACCEPTED, "`auto` (the model decides), `none` (tools not "
+          "offered), `required` or a named function: exactly one call, its arguments "
+          "validating, grammar-constrained (templates that call tools in the `<tool_call>` "
+          "JSON format, or have none; others are a 400)"),
+    Field("tool_choice", (COMPLETION,), IGNORED, "completions take no tools"),
     Field("parallel_tool_calls", BOTH, IGNORED, "every call the model makes is returned"),
     Field("user", BOTH, IGNORED, "an end-user id for abuse tracking: one local server has none"),
     Field("metadata", BOTH, IGNORED, "stored-completion tags: nothing is stored"),
@@ -115,10 +121,12 @@ FIELDS: tuple[Field, ...] = (
           "`content_block_start`, `content_block_delta`, `content_block_stop`, `message_delta`, "
           "`message_stop`; `ping` while a request waits"),
     Field("tools", (MESSAGES,), ACCEPTED, "custom tools (`name`, `description`, "
-          "`input_schema`), rendered by the chat template; calls come back as `tool_use` "
-          "blocks with `stop_reason: tool_use`; server tools and `strict` are a 400"),
-    Field("tool_choice", (MESSAGES,), ACCEPTED, "`auto`, or `none` (the tools are not offered); "
-          "`any` and `tool` are a 400 (forcing a call needs constrained decoding)"),
+          "`input_schema`), rendered as on `/v1/chat/completions`; calls come back as "
+          "`tool_use` blocks with `stop_reason: tool_use`; server tools are a 400, and so is "
+          "`strict` unless the call is forced"),
+    Field("tool_choice", (MESSAGES,), ACCEPTED, "`auto`, `none` (the tools are not offered), "
+          "`any` or `tool` (exactly one call, its input validating, grammar-constrained, as "
+          "`tool_choice` on `/v1/chat/completions`)"),
     Field("thinking", (MESSAGES,), ACCEPTED, "`{\"type\": \"enabled\"}` or `disabled`: the "
           "chat template's `enable_thinking`"),
     Field("output_config", (MESSAGES,), ACCEPTED, "`{\"format\": {\"type\": \"json_schema\", "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import queue
 import time
 
+from mlx_paged.engine.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, parse_tool_call
 from mlx_paged.errors import InvalidRequestError
 from mlx_paged.server.anthropic_request import count_tokens, parse_messages
 from mlx_paged.server.anthropic_routes import COUNT_TOKENS_ROUTE, AnthropicMixin
@@ -75,8 +76,10 @@ class GenerationMixin(AnthropicMixin):
     def _tool_extractor(self, req: ParsedRequest) -> ToolCallExtractor | None:
         """The parser of the tool calls in `req`'s output, where it offers tools."""
         tokenizer = self.state.engine.tokenizer
-        if not (req.tools and tokenizer.has_tool_calling):
+        if not req.tools:
             return None
+        if not tokenizer.has_tool_calling:  # the tools were offered in the default format
+            return ToolCallExtractor(TOOL_CALL_START, TOOL_CALL_END, parse_tool_call, req.tools)
         return ToolCallExtractor(
             tokenizer.tool_call_start, tokenizer.tool_call_end, tokenizer.tool_parser, req.tools
         )

@@ -117,7 +117,7 @@ def _raw_post(url: str, body: dict) -> tuple[int, dict]:
             400,
             "reads text only",
         ),  # fmt: skip
-        ({"tool_choice": {"type": "any"}}, 400, "constrained decoding"),
+        ({"tool_choice": {"type": "any"}}, 400, "a forced tool call needs tools"),
         (
             {"output_config": {"format": {"type": "json_schema", "schema": {"type": "x"}}}},
             400,
@@ -135,7 +135,7 @@ def _raw_post(url: str, body: dict) -> tuple[int, dict]:
         "no_max_tokens",
         "model",
         "image",
-        "tool_choice_any",
+        "tool_choice_any_without_tools",
         "bad_output_schema",
         "server_tool",
         "role",

@@ -62,7 +62,9 @@ def test_body_must_be_a_json_object(raw, fragment):
             "response_format",
         ),
         ({"functions": [{"name": "f"}]}, "functions"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"tools": "f"}, "tools"),
+        ({"tool_choice": "always"}, "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice"),  # and no tools
         ({"seed": "x"}, "seed"),
     ],
 )

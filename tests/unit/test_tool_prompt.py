@@ -1,0 +1,79 @@
+"""Tools for templates without them: the system turn lists them, past calls and results are
+text in one format; a forced call's grammar takes exactly one valid call."""
+
+from __future__ import annotations
+
+import json
+
+import llguidance
+import pytest
+
+from mlx_paged.engine.tool_prompt import (
+    INSTRUCTIONS,
+    forced_call_grammar,
+    parse_tool_call,
+    with_tool_prompt,
+)
+from mlx_paged.errors import InvalidRequestError
+from mlx_paged.structured.grammars import ll_tokenizer
+
+WEATHER = {"name": "weather", "parameters": {"type": "object", "properties": {
+    "city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
+TIME = {"name": "time", "parameters": {"type": "object"}}
+TOOLS = [{"type": "function", "function": WEATHER}, {"type": "function", "function": TIME}]
+
+
+def test_the_system_turn_lists_the_tools_and_history_is_text():
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "weather", "arguments": {"city": "Paris"}}}  # fmt: skip
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
+    ]
+    out = with_tool_prompt(messages, TOOLS)
+    tool_lines = "\n".join(json.dumps(t["function"]) for t in TOOLS)
+    assert out[0] == {"role": "system", "content": f"Be brief.\n\n{INSTRUCTIONS}\n{tool_lines}"}
+    assert out[1] == messages[1]
+    written = '<tool_call>{"name": "weather", "arguments": {"city": "Paris"}}</tool_call>'
+    assert out[2] == {"role": "assistant", "content": written}
+    assert out[3] == {"role": "user", "content": "Result of c1: sunny"}
+    assert parse_tool_call(written[len("<tool_call>") : -len("</tool_call>")]) == {
+        "name": "weather", "arguments": {"city": "Paris"}}  # fmt: skip
+    no_system = with_tool_prompt(messages[1:2], TOOLS)
+    assert no_system[0]["role"] == "system" and no_system[1:] == messages[1:2]
+
+
+def _accepts(grammar: str, tokenizer, text: str) -> bool:
+    matcher = llguidance.LLMatcher(ll_tokenizer(tokenizer._tokenizer), grammar)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return matcher.try_consume_tokens(ids) == len(ids) and matcher.is_accepting()
+
+
+def test_a_forced_call_grammar_takes_one_valid_call(tiny_tokenizer):
+    named = forced_call_grammar(TOOLS, "weather", "tool_choice")
+    good = '<tool_call>{"name": "weather", "arguments": {"city": "Paris"}}</tool_call>'
+    assert _accepts(named, tiny_tokenizer, good)
+    for bad in (
+        '<tool_call>{"name": "time", "arguments": {}}</tool_call>',  # another tool
+        '<tool_call>{"name": "weather", "arguments": {}}</tool_call>',  # city missing
+        "Sure! " + good,  # text first
+        good + good,  # two calls
+    ):
+        assert not _accepts(named, tiny_tokenizer, bad), bad
+    anyone = forced_call_grammar(TOOLS, None, "tool_choice")
+    assert _accepts(
+        anyone, tiny_tokenizer, '<tool_call>{"name": "time", "arguments": {}}</tool_call>'
+    )
+
+
+@pytest.mark.parametrize(
+    ("tools", "name", "says"),
+    [(TOOLS, "nope", "no tool named 'nope'"), ([], None, "needs tools"),
+     ([{"type": "function"}], None, "function tools with names")],
+)  # fmt: skip
+def test_forced_calls_that_cannot_be_made_are_400s(tools, name, says):
+    with pytest.raises(InvalidRequestError, match=says) as info:
+        forced_call_grammar(tools, name, "tool_choice")
+    assert info.value.status == 400
