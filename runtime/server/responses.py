@@ -141,7 +141,8 @@ class ResponseBuilder:
         """The whole, non-streamed response."""
         body = self._envelope(chunk=False)
         if self.kind == "chat":
-            message: dict = {"role": "assistant", "content": text}
+            # OpenAI's: a reply of tool calls alone has no content, not an empty one.
+            message: dict = {"role": "assistant", "content": text or (None if tool_calls else "")}
             if tool_calls:
                 message["tool_calls"] = [
                     {k: v for k, v in c.items() if k != "index"} for c in tool_calls

@@ -43,6 +43,7 @@ def test_required_and_named_calls(client):
         model="default", messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=60
     )
     assert reply.choices[0].finish_reason == "tool_calls"
+    assert reply.choices[0].message.content is None
     _one_valid_call(reply.choices[0].message.tool_calls)
     named = {"type": "function", "function": {"name": "get_time"}}
     reply = client.chat.completions.create(
