@@ -256,7 +256,16 @@ VARIANTS = {
 WRAPPERS = ("mistral3", "llama4", "gemma4", "gemma3n")
 
 
-def build_tokenizer(out: Path):
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|bos|>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: "
+    "{% if enable_thinking is not defined or enable_thinking %}<think>\n{% endif %}{% endif %}"
+)
+
+
+def build_tokenizer(out: Path, thinking: bool = False):
+    """The tiny byte-level BPE tokenizer; with `thinking`, `<think>` and `</think>` tokens and
+    a template that opens a thinking block unless `enable_thinking` is false."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -277,16 +286,25 @@ def build_tokenizer(out: Path):
         "{% for m in messages %}<|bos|>{{ m['role'] }}: {{ m['content'] }}\n"
         "{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}"
     )
+    if thinking:
+        hf.add_special_tokens({"additional_special_tokens": ["<think>", "</think>"]})
+        hf.chat_template = THINKING_TEMPLATE
     hf.save_pretrained(str(out))
     return hf
 
 
 def build_model(
-    out: Path, model_type: str, seed: int = 0, dtype: mx.Dtype | None = None, **overrides
+    out: Path,
+    model_type: str,
+    seed: int = 0,
+    dtype: mx.Dtype | None = None,
+    thinking: bool = False,
+    **overrides,
 ) -> Path:
     """Write a tiny random `model_type` model with its tokenizer into `out` and return it;
     `dtype` casts its weights, `overrides` replace config entries (e.g. head_dim=64 for the GPU
-    kernels). "type@variant" applies `VARIANTS[variant]` first."""
+    kernels). "type@variant" applies `VARIANTS[variant]` first. `thinking`: a tokenizer with
+    thinking markers (`build_tokenizer`)."""
     import importlib
 
     from mlx_lm.utils import save_config, save_model
@@ -294,7 +312,7 @@ def build_model(
     model_type, _, variant = model_type.partition("@")
     overrides = {**VARIANTS.get(variant, {}), **overrides}
     out.mkdir(parents=True, exist_ok=True)
-    hf = build_tokenizer(out)
+    hf = build_tokenizer(out, thinking)
     outer, _, inner = model_type.partition(":")
     config = {
         "model_type": inner or outer,

@@ -28,6 +28,11 @@ def tool_use_block(call: dict) -> dict:
     return {"type": "tool_use", "id": call_id, "name": function["name"], "input": arguments}
 
 
+def thinking_block(thought: str) -> dict:
+    """A `thinking` content block (no signature: nothing here signs reasoning)."""
+    return {"type": "thinking", "thinking": thought, "signature": ""}
+
+
 def stop_reason(last: RequestOutput, num_calls: int) -> tuple[str, str | None]:
     """(stop_reason, stop_sequence) of a finished request."""
     if last.stop_string is not None:
@@ -97,6 +102,13 @@ class MessageStream:
             return b""
         head = b"" if self._open == "text" else self._begin({"type": "text", "text": ""})
         delta = {"type": "text_delta", "text": piece}
+        return head + sse("content_block_delta", {"index": self._index, "delta": delta})
+
+    def thinking(self, piece: str) -> bytes:
+        if not piece:
+            return b""
+        head = b"" if self._open == "thinking" else self._begin(thinking_block(""))
+        delta = {"type": "thinking_delta", "thinking": piece}
         return head + sse("content_block_delta", {"index": self._index, "delta": delta})
 
     def tool_call(self, call: dict) -> bytes:

@@ -11,6 +11,7 @@ from mlx_paged.server.anthropic_response import (
     error_event,
     message,
     new_message_id,
+    thinking_block,
     tool_use_block,
 )
 from mlx_paged.server.client_liveness import INTERIM_CONTINUE, ClientWatch
@@ -22,25 +23,27 @@ class AnthropicMixin:
     """Anthropic's answers for the HTTP handler (which provides `state`, `wfile`, the send
     helpers and `GenerationMixin`'s `_outputs`)."""
 
-    def answer_message(self, req, stream, tools) -> None:
-        """Answer a queued `/v1/messages` request, whole or streamed."""
+    def answer_message(self, req, stream, parser) -> None:
+        """Answer a queued `/v1/messages` request, whole or streamed (`parser`: an
+        `AnswerParser`)."""
         model = self.state.model_id
         if req.stream:
-            self._stream_message(req, stream, tools, model)
+            self._stream_message(req, stream, parser, model)
         else:
-            self._whole_message(stream, tools, model)
+            self._whole_message(stream, parser, model)
 
-    def _whole_message(self, stream, tools, model: str) -> None:
+    def _whole_message(self, stream, parser, model: str) -> None:
         probe = (
             (lambda: self._write_now(INTERIM_CONTINUE))
             if self.request_version == "HTTP/1.1"
             else None
         )
         watch = ClientWatch(self.connection, probe, max_probes=2)
-        text, calls, last = [], [], None
+        thought, text, calls, last = [], [], [], None
         for out in self._outputs(stream, watch):
             last = out
-            piece, new_calls = tools.feed(out.text) if tools else (out.text, [])
+            thinking, piece, new_calls = parser.feed(out.text)
+            thought.append(thinking)
             text.append(piece)
             calls += new_calls
         if last is None or not last.finished:
@@ -51,17 +54,18 @@ class AnthropicMixin:
                 last.error or "the request was cancelled",
                 status=503 if self.state.shutting_down else 500,
             )
-        if tools:
-            piece, new_calls = tools.flush()
-            text.append(piece)
-            calls += new_calls
-        joined = "".join(text)
-        content = ([{"type": "text", "text": joined}] if joined or not calls else []) + [
-            tool_use_block(call) for call in calls
-        ]
+        thinking, piece, new_calls = parser.flush()
+        thought.append(thinking)
+        text.append(piece)
+        calls += new_calls
+        thought, joined = "".join(thought), "".join(text)
+        content = [thinking_block(thought)] if thought else []
+        # An empty text block only where there is nothing else to say.
+        content += [{"type": "text", "text": joined}] if joined or not (calls or thought) else []
+        content += [tool_use_block(call) for call in calls]
         self._send_json(200, message(new_message_id(), model, content, last))
 
-    def _stream_message(self, req, stream, tools, model: str) -> None:
+    def _stream_message(self, req, stream, parser, model: str) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -77,7 +81,7 @@ class AnthropicMixin:
                 if out.error or out.finish_reason == "abort":
                     self._write_now(error_event(out.error or "the request was cancelled"))
                     return
-                self._write_now(_increment(events, tools, out))
+                self._write_now(_increment(events, parser, out))
         except OSError:  # the client went away mid-stream
             stream.cancel()
         except Exception:
@@ -89,12 +93,13 @@ class AnthropicMixin:
             raise
 
 
-def _increment(events: MessageStream, tools, out) -> bytes:
-    """The events of one engine output: its text and tool calls, and the end if it is the
-    last."""
-    piece, calls = tools.feed(out.text) if tools else (out.text, [])
-    if out.finished and tools:
-        rest, more = tools.flush()
-        piece, calls = piece + rest, calls + more
-    data = events.text(piece) + b"".join(events.tool_call(call) for call in calls)
+def _increment(events: MessageStream, parser, out) -> bytes:
+    """The events of one engine output: its thinking, text and tool calls, and the end if it
+    is the last."""
+    thinking, piece, calls = parser.feed(out.text)
+    if out.finished:
+        more_thinking, rest, more = parser.flush()
+        thinking, piece, calls = thinking + more_thinking, piece + rest, calls + more
+    data = events.thinking(thinking) + events.text(piece)
+    data += b"".join(events.tool_call(call) for call in calls)
     return data + (events.finish(out) if out.finished else b"")

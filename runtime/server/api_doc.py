@@ -81,6 +81,11 @@ RESPONSES = """## Responses
   `tool_calls`), the last `finish_reason`; with `stream_options.include_usage` one more chunk
   has empty `choices` and `usage`; the stream ends with `data: [DONE]`. While a request waits,
   the server writes SSE comments (`: keep-alive`).
+- **Reasoning**: for chat templates with thinking markers (`<think>`, as mlx-lm detects them),
+  what the model writes inside the block is `message.reasoning_content` (streamed as
+  `delta.reasoning_content`), the rest `content`; on `/v1/messages` it is a `thinking` block.
+  A structured answer cannot follow a thinking block yet: with thinking on, `response_format`
+  and forced tool calls are a 400 that says to turn it off.
 - **`finish_reason`**: `stop` (end of sequence or a `stop` string), `length` (`max_tokens` or
   the context), `tool_calls` (the model called a tool).
 - **`usage`**: `prompt_tokens`, `completion_tokens`, `total_tokens`, and

@@ -75,7 +75,8 @@ FIELDS: tuple[Field, ...] = (
           "(`<tool_call>{\"name\", \"arguments\"}</tool_call>`); calls come back as "
           "`tool_calls`"),
     Field("chat_template_kwargs", (CHAT,), ACCEPTED, "an object of extra variables for the "
-          "chat template, e.g. `{\"enable_thinking\": false}`"),
+          "chat template, e.g. `{\"enable_thinking\": false}`; a reasoning model's thinking "
+          "comes back as `reasoning_content`"),
     Field("n", BOTH, REFUSED, "only 1: send several requests for several completions"),
     Field("best_of", BOTH, REFUSED, "only 1"),
     Field("echo", BOTH, REFUSED, "echoing the prompt is not supported"),
@@ -128,7 +129,8 @@ FIELDS: tuple[Field, ...] = (
           "`any` or `tool` (exactly one call, its input validating, grammar-constrained, as "
           "`tool_choice` on `/v1/chat/completions`)"),
     Field("thinking", (MESSAGES,), ACCEPTED, "`{\"type\": \"enabled\"}` or `disabled`: the "
-          "chat template's `enable_thinking`"),
+          "chat template's `enable_thinking`; the thinking comes back as `thinking` blocks "
+          "(`thinking_delta` when streamed), with an empty `signature`"),
     Field("output_config", (MESSAGES,), ACCEPTED, "`{\"format\": {\"type\": \"json_schema\", "
           "\"schema\": ...}}`: structured outputs, sampling constrained so that the text "
           "validates; a schema that cannot constrain output is a 400"),

@@ -12,6 +12,7 @@ from mlx_paged.server.anthropic_request import count_tokens, parse_messages
 from mlx_paged.server.anthropic_routes import COUNT_TOKENS_ROUTE, AnthropicMixin
 from mlx_paged.server.client_liveness import INTERIM_CONTINUE, KEEPALIVE_COMMENT, ClientWatch
 from mlx_paged.server.protocol import ParsedRequest, parse_chat, parse_completion
+from mlx_paged.server.reasoning import AnswerParser, reasoning_splitter
 from mlx_paged.server.responses import SSE_DONE, ResponseBuilder, sse_event, usage
 from mlx_paged.server.tool_calls import ToolCallExtractor
 
@@ -46,16 +47,23 @@ class GenerationMixin(AnthropicMixin):
         req: ParsedRequest = PARSERS[path](body, state.engine.tokenizer, state.defaults)
         state.unknown_fields.note(req.kind, body)
         del body  # all that is needed is parsed; a large body is not held while it generates
+        parser = self._answer_parser(req)
+        if req.params.grammar is not None and parser.reasoning and parser.reasoning.thinking:
+            raise InvalidRequestError(
+                "a structured answer (response_format, output_config.format or a forced tool "
+                "call) cannot follow the thinking block this model's template opens yet: turn "
+                "thinking off (chat_template_kwargs {'enable_thinking': false}, or Anthropic's "
+                "thinking {'type': 'disabled'})"
+            )
         stream = self._queue(req)
-        tools = self._tool_extractor(req)
         if req.kind == "messages":
-            self.answer_message(req, stream, tools)
+            self.answer_message(req, stream, parser)
             return
         builder = ResponseBuilder(req.kind, state.model_id, req.tokens_as_ids)
         if req.stream:
-            self._stream_response(req, stream, builder, tools)
+            self._stream_response(req, stream, builder, parser)
         else:
-            self._full_response(req, stream, builder, tools)
+            self._full_response(req, stream, builder, parser)
 
     def _queue(self, req: ParsedRequest):
         """Check `req` against the served model and the engine's limits, and queue it; its
@@ -72,6 +80,14 @@ class GenerationMixin(AnthropicMixin):
         if not state.engine.is_alive:
             raise InvalidRequestError("the engine is not running", status=503)
         return state.engine.add_request(req.prompt_token_ids, req.params)
+
+    def _answer_parser(self, req: ParsedRequest) -> AnswerParser:
+        """What splits `req`'s output into thinking, text and tool calls (a chat answer's;
+        a completion's output is all text)."""
+        tokenizer = self.state.engine.tokenizer
+        chat = req.kind != "completion"
+        reasoning = reasoning_splitter(tokenizer, req.prompt_token_ids) if chat else None
+        return AnswerParser(reasoning, self._tool_extractor(req))
 
     def _tool_extractor(self, req: ParsedRequest) -> ToolCallExtractor | None:
         """The parser of the tool calls in `req`'s output, where it offers tools."""
@@ -110,12 +126,12 @@ class GenerationMixin(AnthropicMixin):
                 return
 
     @staticmethod
-    def _final_reason(out, tools) -> str:
-        if out.finish_reason == "stop" and tools is not None and tools.num_calls:
+    def _final_reason(out, parser: AnswerParser) -> str:
+        if out.finish_reason == "stop" and parser.num_calls:
             return "tool_calls"
         return out.finish_reason
 
-    def _full_response(self, req, stream, builder, tools) -> None:
+    def _full_response(self, req, stream, builder, parser: AnswerParser) -> None:
         # An interim 100 is the one thing HTTP/1.1 lets us write before the reply.
         probe = (
             (lambda: self._write_now(INTERIM_CONTINUE))
@@ -123,10 +139,11 @@ class GenerationMixin(AnthropicMixin):
             else None
         )
         watch = ClientWatch(self.connection, probe, max_probes=2)
-        text, calls, logprobs, last = [], [], [], None
+        thought, text, calls, logprobs, last = [], [], [], [], None
         for out in self._outputs(stream, watch):
             last = out
-            piece, new_calls = tools.feed(out.text) if tools else (out.text, [])
+            thinking, piece, new_calls = parser.feed(out.text)
+            thought.append(thinking)
             text.append(piece)
             calls += new_calls
             logprobs += out.logprobs
@@ -138,25 +155,26 @@ class GenerationMixin(AnthropicMixin):
                 last.error or "the request was cancelled",
                 status=503 if self.state.shutting_down else 500,
             )
-        if tools:
-            piece, new_calls = tools.flush()
-            text.append(piece)
-            calls += new_calls
+        thinking, piece, new_calls = parser.flush()
+        thought.append(thinking)
+        text.append(piece)
+        calls += new_calls
         self._send_json(
             200,
             builder.full(
+                reasoning="".join(thought),
                 text="".join(text),
                 tool_calls=calls,
                 logprobs=logprobs,
                 want_logprobs=req.logprobs,
-                finish_reason=self._final_reason(last, tools),
+                finish_reason=self._final_reason(last, parser),
                 usage_body=usage(
                     last.num_prompt_tokens, last.num_generated_tokens, last.num_cached_tokens
                 ),
             ),
         )
 
-    def _stream_response(self, req, stream, builder, tools) -> None:
+    def _stream_response(self, req, stream, builder, parser: AnswerParser) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -172,7 +190,7 @@ class GenerationMixin(AnthropicMixin):
                 if out.error or out.finish_reason == "abort":
                     self.wfile.write(_sse_error(out.error or "the request was cancelled"))
                     break
-                self._write_increment(req, builder, tools, out)
+                self._write_increment(req, builder, parser, out)
                 self.wfile.flush()
             self.wfile.write(SSE_DONE)
             self.wfile.flush()
@@ -183,15 +201,16 @@ class GenerationMixin(AnthropicMixin):
             self._end_stream_with_error("internal server error")
             raise
 
-    def _write_increment(self, req, builder, tools, out) -> None:
-        piece, calls = tools.feed(out.text) if tools else (out.text, [])
-        if out.finished and tools:
-            rest, more = tools.flush()
-            piece, calls = piece + rest, calls + more
-        if piece or calls or (out.logprobs and req.logprobs):
+    def _write_increment(self, req, builder, parser: AnswerParser, out) -> None:
+        thinking, piece, calls = parser.feed(out.text)
+        if out.finished:
+            more_thinking, rest, more = parser.flush()
+            thinking, piece, calls = thinking + more_thinking, piece + rest, calls + more
+        if thinking or piece or calls or (out.logprobs and req.logprobs):
             self.wfile.write(
                 sse_event(
                     builder.chunk(
+                        reasoning=thinking,
                         text=piece,
                         tool_calls=calls,
                         logprobs=out.logprobs,
@@ -200,7 +219,8 @@ class GenerationMixin(AnthropicMixin):
                 )
             )
         if out.finished:
-            self.wfile.write(sse_event(builder.chunk(finish_reason=self._final_reason(out, tools))))
+            reason = self._final_reason(out, parser)
+            self.wfile.write(sse_event(builder.chunk(finish_reason=reason)))
             if req.include_usage:
                 self.wfile.write(
                     sse_event(

@@ -105,13 +105,16 @@ class ResponseBuilder:
         logprobs: list[TokenLogprob] | None = None,
         want_logprobs: bool = False,
         finish_reason: str | None = None,
+        reasoning: str = "",
     ) -> dict:
-        """A streamed increment."""
+        """A streamed increment (`reasoning`: thinking, as `reasoning_content`)."""
         body = self._envelope(chunk=True)
         if self.kind == "chat":
             delta: dict = {}
             if role:
                 delta["role"] = "assistant"
+            if reasoning:
+                delta["reasoning_content"] = reasoning
             if text or role:
                 delta["content"] = text
             if tool_calls:
@@ -137,12 +140,15 @@ class ResponseBuilder:
         want_logprobs: bool,
         finish_reason: str | None,
         usage_body: dict,
+        reasoning: str = "",
     ) -> dict:
-        """The whole, non-streamed response."""
+        """The whole, non-streamed response (`reasoning`: thinking, as `reasoning_content`)."""
         body = self._envelope(chunk=False)
         if self.kind == "chat":
             # OpenAI's: a reply of tool calls alone has no content, not an empty one.
             message: dict = {"role": "assistant", "content": text or (None if tool_calls else "")}
+            if reasoning:
+                message["reasoning_content"] = reasoning
             if tool_calls:
                 message["tool_calls"] = [
                     {k: v for k, v in c.items() if k != "index"} for c in tool_calls
