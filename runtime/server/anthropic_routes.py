@@ -4,7 +4,6 @@ tool-call parsing; only the request and response shapes differ."""
 
 from __future__ import annotations
 
-from mlx_paged.errors import InvalidRequestError
 from mlx_paged.server.anthropic_response import (
     PING,
     MessageStream,
@@ -14,14 +13,14 @@ from mlx_paged.server.anthropic_response import (
     thinking_block,
     tool_use_block,
 )
-from mlx_paged.server.client_liveness import INTERIM_CONTINUE, ClientWatch
+from mlx_paged.server.client_liveness import ClientWatch
 
 COUNT_TOKENS_ROUTE = "/v1/messages/count_tokens"
 
 
 class AnthropicMixin:
     """Anthropic's answers for the HTTP handler (which provides `state`, `wfile`, the send
-    helpers and `GenerationMixin`'s `_outputs`)."""
+    helpers and `GenerationMixin`'s `_whole_answer`, `_open_event_stream` and `_outputs`)."""
 
     def answer_message(self, req, stream, parser) -> None:
         """Answer a queued `/v1/messages` request, whole or streamed (`parser`: an
@@ -33,46 +32,18 @@ class AnthropicMixin:
             self._whole_message(stream, parser, model)
 
     def _whole_message(self, stream, parser, model: str) -> None:
-        probe = (
-            (lambda: self._write_now(INTERIM_CONTINUE))
-            if self.request_version == "HTTP/1.1"
-            else None
-        )
-        watch = ClientWatch(self.connection, probe, max_probes=2)
-        thought, text, calls, last = [], [], [], None
-        for out in self._outputs(stream, watch):
-            last = out
-            thinking, piece, new_calls = parser.feed(out.text)
-            thought.append(thinking)
-            text.append(piece)
-            calls += new_calls
-        if last is None or not last.finished:
-            self.close_connection = True
-            return  # the client left; nobody to answer
-        if last.error or last.finish_reason == "abort":
-            raise InvalidRequestError(
-                last.error or "the request was cancelled",
-                status=503 if self.state.shutting_down else 500,
-            )
-        thinking, piece, new_calls = parser.flush()
-        thought.append(thinking)
-        text.append(piece)
-        calls += new_calls
-        thought, joined = "".join(thought), "".join(text)
-        content = [thinking_block(thought)] if thought else []
+        answer = self._whole_answer(stream, parser)
+        if answer is None:
+            return
+        content = [thinking_block(answer.thinking)] if answer.thinking else []
         # An empty text block only where there is nothing else to say.
-        content += [{"type": "text", "text": joined}] if joined or not (calls or thought) else []
-        content += [tool_use_block(call) for call in calls]
-        self._send_json(200, message(new_message_id(), model, content, last))
+        if answer.text or not (answer.calls or answer.thinking):
+            content.append({"type": "text", "text": answer.text})
+        content += [tool_use_block(call) for call in answer.calls]
+        self._send_json(200, message(new_message_id(), model, content, answer.last))
 
     def _stream_message(self, req, stream, parser, model: str) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
-        self._cors()
-        self.end_headers()
-        self.close_connection = True
+        self._open_event_stream()
         events = MessageStream(new_message_id(), model, len(req.prompt_token_ids))
         watch = ClientWatch(self.connection, lambda: self._write_now(PING))
         try:

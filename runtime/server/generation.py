@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import queue
 import time
+from dataclasses import dataclass
 
+from mlx_paged.engine.outputs import RequestOutput
 from mlx_paged.engine.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, parse_tool_call
 from mlx_paged.errors import InvalidRequestError
 from mlx_paged.server.anthropic_request import count_tokens, parse_messages
@@ -30,6 +32,17 @@ def _sse_error(message: str) -> bytes:
     return sse_event(
         {"error": {"message": message, "type": "server_error", "param": None, "code": None}}
     )
+
+
+@dataclass
+class WholeAnswer:
+    """A finished request's output, parsed (`AnswerParser`)."""
+
+    thinking: str
+    text: str
+    calls: list[dict]
+    logprobs: list
+    last: RequestOutput  # the final output: finish reason and token counts
 
 
 class GenerationMixin(AnthropicMixin):
@@ -131,7 +144,8 @@ class GenerationMixin(AnthropicMixin):
             return "tool_calls"
         return out.finish_reason
 
-    def _full_response(self, req, stream, builder, parser: AnswerParser) -> None:
+    def _whole_answer(self, stream, parser: AnswerParser) -> WholeAnswer | None:
+        """Every output of `stream` gathered and parsed; None if the client left first."""
         # An interim 100 is the one thing HTTP/1.1 lets us write before the reply.
         probe = (
             (lambda: self._write_now(INTERIM_CONTINUE))
@@ -149,23 +163,29 @@ class GenerationMixin(AnthropicMixin):
             logprobs += out.logprobs
         if last is None or not last.finished:
             self.close_connection = True
-            return  # the client left; nobody to answer
+            return None  # the client left; nobody to answer
         if last.error or last.finish_reason == "abort":
             raise InvalidRequestError(
                 last.error or "the request was cancelled",
                 status=503 if self.state.shutting_down else 500,
             )
         thinking, piece, new_calls = parser.flush()
-        thought.append(thinking)
-        text.append(piece)
-        calls += new_calls
+        return WholeAnswer(
+            "".join(thought) + thinking, "".join(text) + piece, calls + new_calls, logprobs, last
+        )
+
+    def _full_response(self, req, stream, builder, parser: AnswerParser) -> None:
+        answer = self._whole_answer(stream, parser)
+        if answer is None:
+            return
+        last = answer.last
         self._send_json(
             200,
             builder.full(
-                reasoning="".join(thought),
-                text="".join(text),
-                tool_calls=calls,
-                logprobs=logprobs,
+                reasoning=answer.thinking,
+                text=answer.text,
+                tool_calls=answer.calls,
+                logprobs=answer.logprobs,
                 want_logprobs=req.logprobs,
                 finish_reason=self._final_reason(last, parser),
                 usage_body=usage(
@@ -174,7 +194,8 @@ class GenerationMixin(AnthropicMixin):
             ),
         )
 
-    def _stream_response(self, req, stream, builder, parser: AnswerParser) -> None:
+    def _open_event_stream(self) -> None:
+        """Send the head of a server-sent-events reply; the connection closes after it."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -182,6 +203,9 @@ class GenerationMixin(AnthropicMixin):
         self._cors()
         self.end_headers()
         self.close_connection = True
+
+    def _stream_response(self, req, stream, builder, parser: AnswerParser) -> None:
+        self._open_event_stream()
         watch = ClientWatch(self.connection, lambda: self._write_now(KEEPALIVE_COMMENT))
         try:
             if req.kind == "chat":
