@@ -1,6 +1,8 @@
-"""Models of a given size with random weights and a word-level tokenizer, written offline, for
-benchmarks that need real model code but no real checkpoint: a ~1B llama, and a ~1B hybrid
-shaped like Qwen3.5 (Gated DeltaNet layers, every 4th layer full attention)."""
+"""Models of a given size with random weights, written offline, for benchmarks that need real
+model code but no real checkpoint: a ~1B llama, and a ~1B hybrid shaped like Qwen3.5 (Gated
+DeltaNet layers, every 4th layer full attention). Their tokenizer is word-level (`w0`, `w1`,
+...), or byte-level BPE trained on the Python standard library's sources where a benchmark needs
+text of any shape, such as JSON."""
 
 from __future__ import annotations
 
@@ -60,22 +62,26 @@ def build_random_model(out: Path, name: str, dtype=mx.bfloat16, seed: int = 0) -
 
 
 def build_random_llama(
-    out: Path, config: dict = ONE_B, dtype=mx.bfloat16, seed: int = 0, model_type: str = "llama"
+    out: Path,
+    config: dict = ONE_B,
+    dtype=mx.bfloat16,
+    seed: int = 0,
+    model_type: str = "llama",
+    byte_level: bool = False,
 ) -> Path:
-    """Write an mlx-lm `model_type` folder with random `dtype` weights into `out`; returns
-    `out`."""
+    """Write an mlx-lm `model_type` folder with random `dtype` weights into `out`, with a
+    word-level tokenizer or (`byte_level`) a byte-level BPE one of the config's vocabulary
+    size; returns `out`."""
     import importlib
 
     from mlx.utils import tree_map
     from mlx_lm.utils import save_config, save_model
-    from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     out.mkdir(parents=True, exist_ok=True)
-    vocab = {f"w{i}": i for i in range(config["vocab_size"])}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="w0"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="w1").save_pretrained(str(out))
+    make = _byte_level_tokenizer if byte_level else _word_level_tokenizer
+    tok, eos = make(config["vocab_size"])
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos).save_pretrained(str(out))
     full = {"model_type": model_type, **config, "eos_token_id": 1}
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(seed)
@@ -91,3 +97,42 @@ def build_random_llama(
     save_model(out, model)
     save_config(full, config_path=out / "config.json")
     return out
+
+
+def _word_level_tokenizer(vocab_size: int):
+    """Words `w0`..`w{vocab_size - 1}` split on whitespace; (tokenizer, its EOS `w1`)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {f"w{i}": i for i in range(vocab_size)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return tok, "w1"
+
+
+def _byte_level_tokenizer(vocab_size: int, corpus_bytes: int = 8 << 20):
+    """Byte-level BPE of exactly `vocab_size` tokens, trained on the first `corpus_bytes` of
+    the standard library's sources (any text encodes; id 1 is its EOS `</s>`)."""
+    import sysconfig
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    def corpus():
+        seen = 0
+        for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+            text = path.read_text(errors="replace")
+            yield text
+            seen += len(text)
+            if seen >= corpus_bytes:
+                return
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<unk>", "</s>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )  # fmt: skip
+    tok.train_from_iterator(corpus(), trainer)
+    if tok.get_vocab_size() != vocab_size:  # the model's logits must match the vocabulary
+        raise RuntimeError(f"the corpus gave {tok.get_vocab_size()} tokens, not {vocab_size}")
+    return tok, "</s>"

@@ -34,6 +34,8 @@ class RequestRecord:
     latency: float = 0.0
     output_tokens: int = 0
     prompt_tokens: int = 0
+    text: str = ""
+    finish_reason: str | None = None
     error: str | None = None
 
 
@@ -73,6 +75,9 @@ def stream_completion(
             if event is None:
                 continue
             now = time.perf_counter() - start
+            for choice in event.get("choices", ()):
+                record.text += choice.get("text") or ""
+                record.finish_reason = choice.get("finish_reason") or record.finish_reason
             if any(c.get("text") for c in event.get("choices", ())):
                 record.event_times.append(start + now)
                 if last is None:

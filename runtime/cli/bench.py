@@ -27,6 +27,7 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     add_kernels_bench(sub, _bench("kernels"))
     _add_decode(sub)
     _add_serve(sub)
+    _add_structured(sub)
     _add_prefill(sub)
     _add_kv_quality(sub)
 
@@ -179,6 +180,29 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of prompts and arrival times")
     p.add_argument("--out", default="bench/out/serve.json", help="JSON results file (+ .png)")
     p.set_defaults(run=_bench("serve"))
+
+
+def _add_structured(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "structured",
+        help="our server's output tok/s with a JSON schema on every request against none",
+    )
+    p.add_argument("--model", default=None, help="model (default: the embedded SmolLM2)")
+    p.add_argument(
+        "--random-llama", action="store_true", help="a random ~1B llama built on the fly"
+    )
+    p.add_argument("--concurrency", type=int, default=16, help="requests in flight")
+    p.add_argument("--requests", type=int, default=64, help="requests per arm and round")
+    p.add_argument("--rounds", type=int, default=5, help="rounds of both arms (median)")
+    p.add_argument("--prompt-tokens", type=int, default=128, help="tokens per prompt (about)")
+    p.add_argument("--max-tokens", type=int, default=256, help="output tokens per request")
+    p.add_argument("--ours-args", default="", help="extra `mlx-paged serve` flags, one string")
+    p.add_argument("--timeout", type=float, default=600, help="seconds per request")
+    p.add_argument("--start-timeout", type=float, default=600, help="seconds to start a server")
+    p.add_argument("--logs", default=None, help="folder for the server's log (default: temp)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the prompts")
+    p.add_argument("--out", default="bench/out/structured.json", help="JSON results file")
+    p.set_defaults(run=_bench("structured"))
 
 
 def _add_serve_extras(p: argparse.ArgumentParser) -> None:

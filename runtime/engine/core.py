@@ -282,8 +282,6 @@ class Engine(EngineInbox, StepRecovery):
         if params.seed is not None and not resumed:
             mx.random.seed(params.seed)  # safe: a seeded request runs alone
         req.runtime.sampling = make_row_sampling(params, req.all_token_ids[:-1], self._xtc_special)
-        if params.grammar is not None and req.runtime.matcher is None:
-            req.runtime.matcher = self.runner.grammars.matcher(params.grammar)
         if not resumed:
             self.metrics.prefix_cache_hit_tokens_total += req.num_cached_tokens
 

@@ -3,6 +3,7 @@ on the engine thread between steps, so the scheduler and caches are never touche
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 
@@ -20,10 +21,15 @@ _ABORT_STATUS = {
 
 class EngineInbox:
     """Mixed into `Engine` (which provides `_inbox`, the scheduler, `_requests`, `_sink`,
-    `_finish`, metrics and the sampling check)."""
+    `_finish`, metrics, the sampling check and the runner's grammar matchers)."""
 
     def submit(self, request: Request) -> None:
-        """Queue a request whose outputs go to the sink."""
+        """Queue a request whose outputs go to the sink. Its grammar's matcher is made here,
+        on the submitting thread, so no step waits on a grammar's compile."""
+        grammar = request.sampling_params.grammar
+        if grammar is not None and request.runtime.matcher is None:
+            with contextlib.suppress(Exception):  # made again, and refused, when added
+                request.runtime.matcher = self.runner.grammars.matcher(grammar)
         self._inbox.put(("add", request))
 
     def abort(self, request_id: str, reason: str = "abort") -> None:
@@ -70,8 +76,11 @@ class EngineInbox:
 
     def _add(self, request: Request) -> None:
         self.metrics.requests_total += 1
+        grammar = request.sampling_params.grammar
         try:
             self._check_sampling(request.sampling_params)
+            if grammar is not None and request.runtime.matcher is None:
+                request.runtime.matcher = self.runner.grammars.matcher(grammar)
         except Exception as exc:  # its sampling would throw inside a shared step
             logger.warning("request %s refused: its sampling failed: %s", request.request_id, exc)
             self.metrics.count_finish("error")

@@ -16,7 +16,7 @@ import mlx.core as mx
 
 from mlx_paged.request import PromptSchedule, Request
 from mlx_paged.sampling.sampler import sample
-from mlx_paged.structured.matchers import GrammarMatchers, constrain, consume
+from mlx_paged.structured.matchers import GrammarMatchers, constrain
 
 
 @dataclass(slots=True)
@@ -84,10 +84,11 @@ class LookaheadDecoder:
         logits = forward(inputs)
         matchers = [r.runtime.matcher for r in rows]
         constrained = any(m is not None for m in matchers)
-        if constrained:  # the masks need the fed tokens: filled while the forward runs
-            mx.async_eval(logits)
+        if constrained:  # the masks need the fed tokens: filled while the forward is encoded
             outputs = self._fed_outputs(rows, inputs, current_logprobs)
-            logits = constrain(logits, self.grammars.masks(matchers))
+            filling = self.grammars.start_masks(matchers)
+            mx.async_eval(logits)
+            logits = constrain(logits, mx.array(filling.result()))
         tokens, logprobs, contexts = sample(logits, inputs, [r.runtime.sampling for r in rows])
         self.next_tokens, self.next_logprobs = tokens, _rows_asking(rows, logprobs)
         writes = pending_writes() if pending_writes else ()
@@ -106,8 +107,14 @@ class LookaheadDecoder:
         if self.emitted_ids:  # rare: first tokens `emit_pending` already handed out
             outputs = [o for o in outputs if o.request.request_id not in self.emitted_ids]
             self.emitted_ids.clear()
-        _advance_matchers(outputs)
+        self._advance_matchers(outputs)
         return outputs
+
+    def _advance_matchers(self, outputs: list[RowOutput]) -> None:
+        fed = [(o.request.runtime.matcher, o.token) for o in outputs
+               if o.request.runtime.matcher is not None]  # fmt: skip
+        if fed:
+            self.grammars.consume(fed)
 
     def emit_pending(self) -> list[RowOutput]:
         """Wait for the pending tokens (the first ones of rows that just started) and return
@@ -119,7 +126,7 @@ class LookaheadDecoder:
         emitted = self.emitted_ids
         outputs = [RowOutput(r, t, lp) for r, t, lp in pending if r.request_id not in emitted]
         emitted.update(o.request.request_id for o in outputs)
-        _advance_matchers(outputs)
+        self._advance_matchers(outputs)
         return outputs
 
     def start_rows(self, rows: list[Request], logits: mx.array, inputs: mx.array) -> None:
@@ -165,12 +172,6 @@ class LookaheadDecoder:
         self.next_tokens = self.next_tokens[mx.array(keep)] if keep else None
         self.next_logprobs = [self.next_logprobs[i] for i in keep]
         return keep
-
-
-def _advance_matchers(outputs: list[RowOutput]) -> None:
-    for out in outputs:
-        if out.request.runtime.matcher is not None:
-            consume(out.request.runtime.matcher, out.token)
 
 
 def _rows_asking(rows: list[Request], logprobs: mx.array) -> list[mx.array | None]:
