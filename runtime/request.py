@@ -43,6 +43,25 @@ class RequestRuntime:
     num_sampled: int = 0  # tokens sampled so far, counting any the stop checker held back
     step_failures: int = 0  # failed steps it was part of (fault isolation)
     matcher: Any = None  # its grammar's llguidance matcher (structured output), else None
+    # Token ids still to come before the grammar starts (`SamplingParams.grammar_after`),
+    # and the last tokens seen while waiting for them.
+    grammar_after: tuple[int, ...] = ()
+    grammar_seen: tuple[int, ...] = ()
+
+    @property
+    def active_matcher(self):
+        """The matcher that constrains the next token: None before its grammar starts."""
+        return None if self.grammar_after else self.matcher
+
+    def advance_grammar(self, token: int) -> bool:
+        """Note an emitted token before the grammar starts (True), starting it once the last
+        tokens are `grammar_after`; False when the matcher is to consume the token."""
+        if not self.grammar_after:
+            return False
+        self.grammar_seen = (*self.grammar_seen, token)[-len(self.grammar_after) :]
+        if self.grammar_seen == self.grammar_after:
+            self.grammar_after = ()
+        return True
 
 
 @dataclass(eq=False)

@@ -26,11 +26,16 @@ class EngineInbox:
     def submit(self, request: Request) -> None:
         """Queue a request whose outputs go to the sink. Its grammar's matcher is made here,
         on the submitting thread, so no step waits on a grammar's compile."""
-        grammar = request.sampling_params.grammar
-        if grammar is not None and request.runtime.matcher is None:
-            with contextlib.suppress(Exception):  # made again, and refused, when added
-                request.runtime.matcher = self.runner.grammars.matcher(grammar)
+        with contextlib.suppress(Exception):  # made again, and refused, when added
+            self._make_matcher(request)
         self._inbox.put(("add", request))
+
+    def _make_matcher(self, request: Request) -> None:
+        """Give a request with a grammar its matcher, waiting for `grammar_after` if any."""
+        params, runtime = request.sampling_params, request.runtime
+        if params.grammar is not None and runtime.matcher is None:
+            runtime.matcher = self.runner.grammars.matcher(params.grammar)
+            runtime.grammar_after = tuple(params.grammar_after)
 
     def abort(self, request_id: str, reason: str = "abort") -> None:
         """End a request: "abort" (cancelled; an abort output is sent), "stop" (a stop string
@@ -76,11 +81,9 @@ class EngineInbox:
 
     def _add(self, request: Request) -> None:
         self.metrics.requests_total += 1
-        grammar = request.sampling_params.grammar
         try:
             self._check_sampling(request.sampling_params)
-            if grammar is not None and request.runtime.matcher is None:
-                request.runtime.matcher = self.runner.grammars.matcher(grammar)
+            self._make_matcher(request)
         except Exception as exc:  # its sampling would throw inside a shared step
             logger.warning("request %s refused: its sampling failed: %s", request.request_id, exc)
             self.metrics.count_finish("error")

@@ -82,11 +82,11 @@ class LookaheadDecoder:
             raise RuntimeError("decode rows differ from the runner's batch order")
         inputs, current_logprobs = self.next_tokens, self.next_logprobs
         logits = forward(inputs)
-        matchers = [r.runtime.matcher for r in rows]
-        constrained = any(m is not None for m in matchers)
+        # Rows waiting for their grammar to start count too: a fed token may start it.
+        constrained = any(r.runtime.matcher is not None for r in rows)
         if constrained:  # the masks need the fed tokens: filled while the forward is encoded
             outputs = self._fed_outputs(rows, inputs, current_logprobs)
-            filling = self.grammars.start_masks(matchers)
+            filling = self.grammars.start_masks([r.runtime.active_matcher for r in rows])
             mx.async_eval(logits)
             logits = constrain(logits, mx.array(filling.result()))
         tokens, logprobs, contexts = sample(logits, inputs, [r.runtime.sampling for r in rows])
@@ -112,7 +112,8 @@ class LookaheadDecoder:
 
     def _advance_matchers(self, outputs: list[RowOutput]) -> None:
         fed = [(o.request.runtime.matcher, o.token) for o in outputs
-               if o.request.runtime.matcher is not None]  # fmt: skip
+               if o.request.runtime.matcher is not None
+               and not o.request.runtime.advance_grammar(o.token)]  # fmt: skip
         if fed:
             self.grammars.consume(fed)
 
@@ -132,7 +133,7 @@ class LookaheadDecoder:
     def start_rows(self, rows: list[Request], logits: mx.array, inputs: mx.array) -> None:
         """Sample the first tokens of requests whose last prompt token gave `logits`, and append
         them to the decode batch (their tokens come out at the next decode step)."""
-        matchers = [r.runtime.matcher for r in rows]
+        matchers = [r.runtime.active_matcher for r in rows]
         if any(m is not None for m in matchers):
             logits = constrain(logits, self.grammars.masks(matchers))
         tokens, logprobs, contexts = sample(logits, inputs, [r.runtime.sampling for r in rows])

@@ -68,6 +68,9 @@ class SamplingParams:
     top_logprobs: int = 0
     # An llguidance grammar the output must follow (`structured/grammars.py`), else None.
     grammar: str | None = None
+    # Token ids after which the grammar starts (the end of a thinking block): the output up
+    # to and with them is free. Empty: the grammar constrains the output from its first token.
+    grammar_after: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -146,6 +149,12 @@ class SamplingParams:
         _check(isinstance(self.logprobs, bool), "logprobs", "must be a boolean")
         _check(_is_int(self.top_logprobs) and 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
                "top_logprobs", f"must be an integer in [0, {MAX_TOP_LOGPROBS}]")  # fmt: skip
+        _check(self.grammar is None or isinstance(self.grammar, str), "grammar",
+               "must be a grammar string")  # fmt: skip
+        _check(isinstance(self.grammar_after, list)
+               and all(_is_int(t) for t in self.grammar_after)
+               and (self.grammar is not None or not self.grammar_after),
+               "grammar_after", "must be a list of token ids, with a grammar")  # fmt: skip
 
     def _validate_for_vocabulary(self, vocab_size: int) -> None:
         # mlx-lm's top-k sampler takes k in (0, vocabulary size).
@@ -154,8 +163,10 @@ class SamplingParams:
             "top_k",
             f"must be below the vocabulary size ({vocab_size}); 0 turns it off",
         )
-        ids = list((self.logit_bias or {}).keys()) + list(self.stop_token_ids)
-        bad = [t for t in ids if not 0 <= t < vocab_size]
-        if bad:
-            param = "logit_bias" if bad[0] in (self.logit_bias or {}) else "stop_token_ids"
-            _check(False, param, f"token id {bad[0]} is outside the vocabulary (size {vocab_size})")
+        named = [("logit_bias", list((self.logit_bias or {}).keys())),
+                 ("stop_token_ids", self.stop_token_ids),
+                 ("grammar_after", self.grammar_after)]  # fmt: skip
+        for param, ids in named:
+            bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+            _check(bad is None, param,
+                   f"token id {bad} is outside the vocabulary (size {vocab_size})")  # fmt: skip

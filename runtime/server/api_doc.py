@@ -84,8 +84,8 @@ RESPONSES = """## Responses
 - **Reasoning**: for chat templates with thinking markers (`<think>`, as mlx-lm detects them),
   what the model writes inside the block is `message.reasoning_content` (streamed as
   `delta.reasoning_content`), the rest `content`; on `/v1/messages` it is a `thinking` block.
-  A structured answer cannot follow a thinking block yet: with thinking on, `response_format`
-  and forced tool calls are a 400 that says to turn it off.
+  With thinking on, `response_format`, `output_config.format` and forced tool calls constrain
+  the answer after the block, not the thinking: the grammar starts after `</think>`.
 - **`finish_reason`**: `stop` (end of sequence or a `stop` string), `length` (`max_tokens` or
   the context), `tool_calls` (the model called a tool).
 - **`usage`**: `prompt_tokens`, `completion_tokens`, `total_tokens`, and

@@ -62,12 +62,8 @@ class GenerationMixin(AnthropicMixin):
         del body  # all that is needed is parsed; a large body is not held while it generates
         parser = self._answer_parser(req)
         if req.params.grammar is not None and parser.reasoning and parser.reasoning.thinking:
-            raise InvalidRequestError(
-                "a structured answer (response_format, output_config.format or a forced tool "
-                "call) cannot follow the thinking block this model's template opens yet: turn "
-                "thinking off (chat_template_kwargs {'enable_thinking': false}, or Anthropic's "
-                "thinking {'type': 'disabled'})"
-            )
+            # The template opened a thinking block: the grammar is the answer's, after it.
+            req.params.grammar_after = list(state.engine.tokenizer.think_end_tokens)
         stream = self._queue(req)
         if req.kind == "messages":
             self.answer_message(req, stream, parser)

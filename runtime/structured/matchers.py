@@ -74,7 +74,8 @@ class GrammarMatchers:
         words = np.full(llguidance.numpy.get_bitmask_shape(len(matchers), self.vocab_size), -1,
                         dtype=np.int32)  # fmt: skip
         rows = [(m, i) for i, m in enumerate(matchers) if m is not None]
-        llguidance.numpy.fill_next_token_bitmask_par(self._executor, rows, words)
+        if rows:  # llguidance refuses an empty batch
+            llguidance.numpy.fill_next_token_bitmask_par(self._executor, rows, words)
         return words
 
     @staticmethod

@@ -66,3 +66,21 @@ def test_a_grammar_survives_preemption(tiny_model_dir):
     for result in results:
         assert result.finish_reason == "stop", result.text
         jsonschema.validate(json.loads(result.text), SCHEMA)
+
+
+@pytest.mark.parametrize("trigger_len", [1, 2])
+def test_a_grammar_after_token_ids_leaves_the_output_up_to_them_free(llm, trigger_len):
+    """The output up to and with `grammar_after` (here tokens of the model's own greedy
+    output, as `</think>` would be) is the free run's exactly; the rest validates."""
+    free = llm.generate([PROMPTS[2]], SamplingParams(max_tokens=24))[0].token_ids
+    # The trigger ends where the last token new to the output first appears.
+    end = max(i for i, t in enumerate(free) if free.index(t) == i)
+    assert end >= trigger_len, free
+    trigger = free[end + 1 - trigger_len : end + 1]
+    grammar = json_schema_grammar(SCHEMA, "response_format")
+    params = SamplingParams(max_tokens=160, grammar=grammar, grammar_after=trigger)
+    with_grammar = llm.generate([PROMPTS[2]], params)[0]
+    assert with_grammar.token_ids[: end + 1] == free[: end + 1]
+    assert with_grammar.finish_reason == "stop"
+    answer = llm.tokenizer.decode(with_grammar.token_ids[end + 1 :])
+    jsonschema.validate(json.loads(answer), SCHEMA)

@@ -1,6 +1,7 @@
 import pytest
 
 from mlx_paged.errors import InvalidRequestError
+from mlx_paged.request import RequestRuntime
 from mlx_paged.sampling.sampling_params import SamplingParams
 
 
@@ -40,6 +41,8 @@ from mlx_paged.sampling.sampling_params import SamplingParams
         ("seed", 2**64),
         ("seed", True),
         ("stop_token_ids", [1.5]),
+        ("grammar_after", [3]),  # without a grammar
+        ("grammar", 5),
     ],
 )
 def test_out_of_range_fields_name_themselves(field, value):
@@ -71,6 +74,18 @@ def test_token_ids_are_checked_against_the_vocabulary():
         SamplingParams(stop_token_ids=[60]).validate(vocab_size=50)
     assert info.value.param == "stop_token_ids"
     SamplingParams(logit_bias={49: -1.0}, stop_token_ids=[0]).validate(vocab_size=50)
+    with pytest.raises(InvalidRequestError) as info:
+        SamplingParams(grammar="start: /x/", grammar_after=[2, 50]).validate(vocab_size=50)
+    assert info.value.param == "grammar_after" and "token id 50 " in info.value.message
+
+
+def test_a_waiting_grammar_starts_after_its_token_ids():
+    runtime = RequestRuntime(matcher=object(), grammar_after=(7, 8))
+    seen = []
+    for token in (8, 7, 7, 8, 9):
+        seen.append((runtime.advance_grammar(token), runtime.active_matcher is not None))
+    # Noted while waiting; the pair 7, 8 starts it, and the next token is the matcher's.
+    assert seen == [(True, False), (True, False), (True, False), (True, True), (False, True)]
 
 
 def test_top_k_must_be_below_the_vocabulary():
