@@ -28,6 +28,7 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     _add_decode(sub)
     _add_serve(sub)
     _add_structured(sub)
+    _add_speculative(sub)
     _add_prefill(sub)
     _add_kv_quality(sub)
 
@@ -203,6 +204,21 @@ def _add_structured(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the prompts")
     p.add_argument("--out", default="bench/out/structured.json", help="JSON results file")
     p.set_defaults(run=_bench("structured"))
+
+
+def _add_speculative(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "speculative",
+        help="decode tok/s with prompt lookup drafts against plain decoding, copy-heavy and "
+        "free-form workloads",
+    )
+    p.add_argument("--model", default=None, help="model (default: the embedded SmolLM2)")
+    p.add_argument("--concurrency", type=int, nargs="*", default=[1, 16], help="requests at once")
+    p.add_argument("--max-tokens", type=int, default=256, help="output tokens per request")
+    p.add_argument("--num-draft-tokens", type=int, default=4, help="most tokens a draft holds")
+    p.add_argument("--rounds", type=int, default=3, help="timed rounds per engine (median)")
+    p.add_argument("--out", default="bench/out/speculative.json", help="JSON results file")
+    p.set_defaults(run=_bench("speculative"))
 
 
 def _add_serve_extras(p: argparse.ArgumentParser) -> None:

@@ -115,6 +115,8 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         kv_bits_v=args.kv_bits_v,
         kv_group_size=args.kv_group_size,
         prefill_chunk_seconds=args.prefill_chunk_seconds or None,
+        draft_model=args.draft_model,
+        num_draft_tokens=args.num_draft_tokens,
     )
 
 

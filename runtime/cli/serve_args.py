@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from mlx_paged.cli.speculation_args import add_speculation_args
 from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES
 
 API_KEY_ENV = "MLX_PAGED_API_KEY"
@@ -68,6 +69,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     _add_kv_args(p)
     _add_attention_args(p)
     _add_quantization_args(p)
+    add_speculation_args(p)
     _add_step_args(p)
     _add_http_args(p)
 

@@ -42,6 +42,9 @@ class EngineConfig:
             `kv_bits_v` set keys and values apart.
         kv_groups: sliding-window layers in KV cache groups of their own, which free the
             blocks their window left (paged path); False keeps every layer in one group.
+        draft_model: speculative decoding's drafter (`--draft-model`): "ngram" (prompt
+            lookup over each request's own tokens, paged path); None turns it off.
+        num_draft_tokens: most tokens a draft holds (`--num-draft-tokens`).
     """
 
     kv_paged: bool = True
@@ -63,6 +66,8 @@ class EngineConfig:
     kv_group_size: int = 64
     prefill_chunk_seconds: float | None = 0.5
     kv_groups: bool = True
+    draft_model: str | None = None
+    num_draft_tokens: int = 4
 
     @property
     def k_bits(self) -> int:
@@ -91,8 +96,25 @@ class EngineConfig:
                 "as mlx-lm's BatchGenerator does, to give its exact tokens"
             )
         self._check_kv_bits()
+        self._check_speculation()
         if self.max_model_len is not None and self.max_model_len < 2:
             raise ValueError("max_model_len must be >= 2")
+
+    def _check_speculation(self) -> None:
+        if self.num_draft_tokens < 1:
+            raise ValueError(f"num_draft_tokens must be >= 1, got {self.num_draft_tokens}")
+        if self.draft_model is None:
+            return
+        if self.draft_model != "ngram":
+            raise ValueError(
+                f"draft model {self.draft_model!r}: only prompt lookup ('ngram') drafts yet; "
+                "draft models are not built"
+            )
+        if not self.kv_paged:
+            raise ValueError(
+                "speculative decoding needs the paged KV path: the contiguous path is mlx-lm's "
+                "BatchGenerator, one token per row a step"
+            )
 
     def _check_kv_bits(self) -> None:
         for name in ("kv_bits", "kv_bits_k", "kv_bits_v"):

@@ -34,6 +34,7 @@ from mlx_paged.runner.contiguous_runner import ContiguousRunner
 from mlx_paged.runner.paged_setup import build_paged_path
 from mlx_paged.sampling.sampler import make_row_sampling
 from mlx_paged.sampling.sampling_params import SamplingParams
+from mlx_paged.speculative.setup import enable_speculation
 from mlx_paged.structured.matchers import GrammarMatchers
 
 logger = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class Engine(EngineInbox, StepRecovery):
         self.config = config
         self.max_model_len = config.max_model_len or context_length(model_config or {}) or 131072
         self.runner, self.kv = self._build_runner((model_config or {}).get("model_type", ""))
+        enable_speculation(self.runner, config.draft_model, config.num_draft_tokens)
         serial = not getattr(self.runner, "batches_exactly", True)  # see ContiguousRunner
         self.scheduler = Scheduler(
             max_num_seqs=1 if serial else config.max_num_seqs,
@@ -89,7 +91,7 @@ class Engine(EngineInbox, StepRecovery):
         self.limits = RequestLimits(
             vocab_size=min(len(tokenizer), logits.shape[-1]),
             max_model_len=self.max_model_len,
-            pool_tokens=None if self.kv is None else self._pool_tokens(),
+            pool_tokens=None if self.kv is None else self.kv.max_request_tokens,
             pool_flag="--num-blocks" if config.num_blocks else "--kv-budget",
         )
         self._check_sampling = SamplingCheck(logits.shape[-1], logits.dtype, self._xtc_special)
@@ -119,9 +121,6 @@ class Engine(EngineInbox, StepRecovery):
             max_live_requests=config.max_num_seqs + config.max_num_prefill_seqs,
             kv_groups=config.kv_groups,
         )  # fmt: skip
-
-    def _pool_tokens(self) -> int:
-        return self.kv.max_request_tokens
 
     # ---- called from any thread -------------------------------------------------------------
 
@@ -254,18 +253,23 @@ class Engine(EngineInbox, StepRecovery):
             self.metrics.prefill_seconds_total += time.perf_counter() - tic
 
     def _deliver(self, rows) -> None:
-        """Send each row's token to the sink in one batch; retire the finished requests."""
-        outputs, finished, failed = [], [], []
+        """Send each row's token to the sink in one batch; retire the finished requests. Tokens
+        after a request's end (accepted drafts past it) are not outputs."""
+        outputs, finished, failed, ended = [], [], [], set()
         for row in rows:
+            if id(row.request) in ended:
+                continue
             try:
                 out = self.stop_checker.process(row.request, row.token, row.logprobs)
             except Exception as exc:  # this row's logprobs: it fails alone
                 logger.exception("output processing failed for %s", row.request.request_id)
                 failed.append((row.request, f"output processing failed: {exc}"))
+                ended.add(id(row.request))
                 continue
             outputs.append(out)
             if out.finish_reason is not None:
                 finished.append(row.request)
+                ended.add(id(row.request))
                 self.metrics.count_finish(out.finish_reason)
         self.metrics.generation_tokens_total += len(outputs)
         if finished:

@@ -56,6 +56,9 @@ class LLM:
             chunks are sized to fit and shared among prompts; None turns it off.
         kv_groups: sliding-window layers in KV cache groups of their own, which free the
             blocks their window left (paged path); False keeps every layer in one group.
+        draft_model: "ngram" drafts tokens by prompt lookup for speculative decoding
+            (paged path); None (the default) decodes one token a step.
+        num_draft_tokens: most tokens a draft holds.
     """
 
     def __init__(
@@ -81,6 +84,8 @@ class LLM:
         kv_group_size: int = 64,
         prefill_chunk_seconds: float | None = 0.5,
         kv_groups: bool = True,
+        draft_model: str | None = None,
+        num_draft_tokens: int = 4,
     ):
         config = EngineConfig(
             kv_paged=kv_paged,
@@ -101,6 +106,8 @@ class LLM:
             kv_group_size=kv_group_size,
             prefill_chunk_seconds=prefill_chunk_seconds,
             kv_groups=kv_groups,
+            draft_model=draft_model,
+            num_draft_tokens=num_draft_tokens,
         )
         self.model, self.tokenizer, self.model_id, model_config = load_model(model, chat_template)
         self.engine = Engine(self.model, self.tokenizer, config, model_config)

@@ -52,7 +52,19 @@ def render_prometheus(engine) -> str:
             round(m.decode_wait_seconds_total, 6))  # fmt: skip
     out.add("mlx_paged_prefill_seconds_total", "counter", "Time in prompt steps.",
             round(m.prefill_seconds_total, 6))  # fmt: skip
+    if getattr(engine.runner, "proposer", None) is not None:
+        _speculation_metrics(out, engine.runner)
     return "\n".join(out.lines) + "\n"
+
+
+def _speculation_metrics(out: _Exposition, runner) -> None:
+    for name, help_text, value in (
+        ("spec_drafts_total", "Verify rows: rows that carried a speculative draft.",
+         runner.spec_drafts),
+        ("spec_draft_tokens_total", "Tokens drafted.", runner.spec_draft_tokens),
+        ("spec_accepted_tokens_total", "Drafted tokens accepted.", runner.spec_accepted_tokens),
+    ):  # fmt: skip
+        out.add(f"mlx_paged_{name}", "counter", help_text, value)
 
 
 def _request_metrics(out: _Exposition, engine) -> None:

@@ -264,6 +264,16 @@ class KVCacheManager(SlidingWindowBlocks):
             return True
         return self.allocate_slots(request, 1) is not None
 
+    def trim(self, request: PagedRequest, num_tokens: int) -> None:
+        """Free the request's blocks past its first `num_tokens` tokens (the K/V written for
+        rejected speculative drafts; none of them was hashed), in place, tail first."""
+        groups = self.req_to_blocks.get(request.request_id, [])
+        for blocks, size in zip(groups, self.group_block_sizes):
+            keep = cdiv(num_tokens, size)
+            if len(blocks) > keep:
+                self.block_pool.free_blocks(list(reversed(blocks[keep:])))
+                del blocks[keep:]
+
     def save_state_snapshot(self, request: PagedRequest, num_tokens: int) -> int | None:
         """A slot for the request's state after its first `num_tokens` tokens (a multiple of
         the block size), kept for the prefix cache; None when none is to be kept."""

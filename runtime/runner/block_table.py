@@ -30,8 +30,8 @@ class BlockTable:
         self.page_scale = page_scale
         self.table = np.zeros((_FIRST_ROWS, _FIRST_BLOCKS), dtype=np.int32)
         self.num_pages = np.zeros(_FIRST_ROWS, dtype=np.int32)
-        # Each row's live block list, owned by the KV cache manager, which only appends to it
-        # while the row decodes.
+        # Each row's live block list, owned by the KV cache manager, which appends to it while
+        # the row decodes (and trims what rejected drafts took).
         self._blocks: list[list] = []
 
     @property
@@ -61,12 +61,15 @@ class BlockTable:
         self.keep_rows([])
 
     def sync(self) -> int:
-        """Copy in the pages of the blocks each row gained since the last call; returns the
-        widest row's number of pages."""
+        """Copy in the pages of the blocks each row gained since the last call, and clear those
+        of blocks it gave back (rejected drafts); returns the widest row's number of pages."""
         widest, scale = 0, self.page_scale
         for row, blocks in enumerate(self._blocks):
             have, now = int(self.num_pages[row]), len(blocks) * scale
-            if now > have:
+            if now < have:
+                self.table[row, now:have] = 0
+                self.num_pages[row] = now
+            elif now > have:
                 if now > self.table.shape[1]:
                     self._grow(blocks=2 * now)
                 ids = [b.block_id for b in blocks[have // scale :]]
@@ -75,18 +78,27 @@ class BlockTable:
             widest = max(widest, now)
         return widest
 
-    def decode_inputs(self, context_lens: np.ndarray, num_rows: int, width: int):
+    def decode_inputs(
+        self, context_lens: np.ndarray, num_rows: int, width: int, rows: np.ndarray | None = None
+    ):
         """Block tables `(num_rows, width)`, context lengths and slot mapping of a decode step
         whose rows write their token at `context_lens - 1`; rows past the batch are padding
-        (length 1, writing slot 0 of the null block). The tables are a view of this table:
-        convert them before the next `sync`."""
+        (length 1, writing slot 0 of the null block). With `rows`, query row i is a token of
+        table row `rows[i]` (a speculative step verifies several tokens of one request). The
+        tables are a view of this table without `rows`: convert them before the next `sync`."""
         n = len(context_lens)
         if num_rows > len(self.table) or width > self.table.shape[1]:
             self._grow(rows=max(num_rows, len(self.table)), blocks=max(width, self.table.shape[1]))
         lens = np.ones(num_rows, dtype=np.int32)
         lens[:n] = context_lens
         positions = lens - 1
-        tables = self.table[:num_rows, :width]
+        if rows is None:
+            tables = self.table[:num_rows, :width]
+        else:
+            index = np.zeros(num_rows, np.int64)
+            index[:n] = rows
+            tables = self.table[index, :width]
+            tables[n:] = 0  # padding rows read the null block, as without `rows`
         slots = tables[np.arange(num_rows), positions // self.block_size] * self.block_size
         slots += positions % self.block_size
         slots[n:] = 0

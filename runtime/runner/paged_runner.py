@@ -25,6 +25,7 @@ from mlx_paged.runner.group_metadata import decode_metadata, mixed_metadata, pre
 from mlx_paged.runner.hybrid_states import HybridStates, prefill_segments
 from mlx_paged.runner.logits_head import split_logits_head
 from mlx_paged.runner.model_runner import LookaheadDecoder, ModelRunner, RowOutput
+from mlx_paged.runner.speculative_step import SpeculativeDecoder
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 MIN_COMPILED_TABLE_BLOCKS = 8
 
 
-class PagedRunner(LookaheadDecoder, ModelRunner):
+class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
     """Runs the model with one `PagedLayerCache` per layer over a shared `PagedKVPool`.
 
     Args:
@@ -93,20 +94,24 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         """What a decode forward writes: the pages, and a hybrid's decode-batch state."""
         return [self.pool.pages, self.states.decode.arrays if self.states is not None else []]
 
-    def _decode_batch(self, padded: bool):
-        """The decode rows' count, lengths, and per KV cache group their tables and slots for
+    def _decode_batch(self, padded: bool, rows: np.ndarray | None = None, context_lens=None):
+        """The query rows' count, lengths, and per KV cache group their tables and slots for
         this step, with the rows and tables padded to the compiled steps' buckets when
-        `padded`."""
-        # The scheduler already counted the fed token: it sits at num_computed_tokens - 1.
-        context_lens = np.fromiter(
-            (r.num_computed_tokens for r in self.decode_rows), np.int32, len(self.decode_rows)
-        )
+        `padded`. One query per decode row, unless `rows` says whose table each query reads
+        and `context_lens` how far (a speculative step's)."""
+        if context_lens is None:
+            # The scheduler already counted the fed token: it sits at num_computed_tokens - 1.
+            context_lens = np.fromiter(
+                (r.num_computed_tokens for r in self.decode_rows), np.int32, len(self.decode_rows)
+            )
         num_rows, width = len(context_lens), max(t.sync() for t in self.block_tables)
         if padded:
             num_rows, width = bucket(num_rows), bucket(width, MIN_COMPILED_TABLE_BLOCKS)
         tables, slots = [], []
         for table in self.block_tables:
-            group_tables, lens, group_slots = table.decode_inputs(context_lens, num_rows, width)
+            group_tables, lens, group_slots = table.decode_inputs(
+                context_lens, num_rows, width, rows
+            )
             tables.append(group_tables)
             slots.append(group_slots)
         return len(context_lens), tables, lens, slots
@@ -128,15 +133,27 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
         forward also runs them (`_mixed`), so a chunk costs no forward of its own."""
         self._fill_state_slots()
         self._join(rows[len(self.decode_rows) :])
-        forward = (lambda inputs: self._mixed(inputs, prefill)) if prefill else self._decode
-        outputs = self.lookahead_step(rows, forward, pending_writes=self._written)
+        if not prefill and self.wants_speculation(rows):
+            outputs = self.speculative_step(rows)
+        else:
+            forward = (lambda inputs: self._mixed(inputs, prefill)) if prefill else self._decode
+            outputs = self.lookahead_step(rows, forward, pending_writes=self._written)
+        if self.spec_policy is not None:
+            self.spec_policy.emitted(len(outputs))
         for r, _ in prefill:
             self.kv.cache_blocks(r, r.num_computed_tokens)
         return outputs
 
     def _decode(self, inputs: mx.array) -> mx.array:
         """Logits of one decode step feeding `inputs`, one token per row of `decode_rows`."""
-        real, tables, lens, slots = self._decode_batch(self.compiled_decode is not None)
+        return self._verify_logits(inputs)
+
+    def _verify_logits(self, inputs: mx.array, rows=None, context_lens=None) -> mx.array:
+        """Logits of a decode forward feeding `inputs`, one query each: by default one per
+        decode row; else query i reads row `rows[i]`'s pages up to `context_lens[i]` (a
+        speculative step's tokens)."""
+        padded = self.compiled_decode is not None
+        real, tables, lens, slots = self._decode_batch(padded, rows, context_lens)
         metas = decode_metadata(
             tables, lens, slots, self.pool.block_size, self.pool.rope_inv_freq is not None
         )
@@ -233,6 +250,9 @@ class PagedRunner(LookaheadDecoder, ModelRunner):
 
     def remove(self, requests: list[Request]) -> None:
         self.drop_decode_rows(requests)
+        if self.proposer is not None:
+            for r in requests:
+                self.proposer.forget(r.request_id)
         gone = {id(r) for r in requests}
         self.prompt_rows = [r for r in self.prompt_rows if id(r) not in gone]
 

@@ -71,6 +71,8 @@ class SamplingParams:
     # Token ids after which the grammar starts (the end of a thinking block): the output up
     # to and with them is free. Empty: the grammar constrains the output from its first token.
     grammar_after: list[int] = field(default_factory=list)
+    # Whether this request's rows may carry speculative drafts (where the engine has a drafter).
+    speculate: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -146,6 +148,7 @@ class SamplingParams:
                and all(_is_int(t) for t in self.stop_token_ids),
                "stop_token_ids", "must be a list of token ids")  # fmt: skip
         _check(isinstance(self.ignore_eos, bool), "ignore_eos", "must be a boolean")
+        _check(isinstance(self.speculate, bool), "speculate", "must be a boolean")
         _check(isinstance(self.logprobs, bool), "logprobs", "must be a boolean")
         _check(_is_int(self.top_logprobs) and 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS,
                "top_logprobs", f"must be an integer in [0, {MAX_TOP_LOGPROBS}]")  # fmt: skip

@@ -38,6 +38,7 @@ def parse_messages(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
         min_p=defaults["min_p"],
         stop=_stop_sequences(body),
         grammar=grammar,
+        speculate=typed(body, "speculate", bool, True, label="a boolean"),
     )
     stream = typed(body, "stream", bool, False, label="a boolean")
     model = typed(body, "model", str, None, label="a string")

@@ -45,6 +45,8 @@ FIELDS: tuple[Field, ...] = (
     Field("temperature", BOTH, ACCEPTED, "0 to 100; 0 is greedy (default: `--temp`)"),
     Field("top_p", BOTH, ACCEPTED, "nucleus sampling, in (0, 1] (default: `--top-p`)"),
     Field("top_k", BOTH, ACCEPTED, "keep the k likeliest tokens; 0 is off (default: `--top-k`)"),
+    Field("speculate", BOTH, ACCEPTED, "false keeps speculative drafts (`--draft-model`) off "
+          "this request's rows (default true)"),
     Field("min_p", BOTH, ACCEPTED, "drop tokens below min_p times the top probability; 0 is "
           "off (default: `--min-p`)"),
     Field("repetition_penalty", BOTH, ACCEPTED, "mlx-lm's multiplicative penalty on tokens of "
@@ -117,6 +119,8 @@ FIELDS: tuple[Field, ...] = (
     Field("temperature", (MESSAGES,), ACCEPTED, "0 is greedy (default: `--temp`); clients "
           "send it as an extra body field"),
     Field("top_p", (MESSAGES,), ACCEPTED, "nucleus sampling (default: `--top-p`)"),
+    Field("speculate", (MESSAGES,), ACCEPTED, "as on the OpenAI routes: false keeps "
+          "speculative drafts off this request's rows"),
     Field("top_k", (MESSAGES,), ACCEPTED, "keep the k likeliest tokens (default: `--top-k`)"),
     Field("stream", (MESSAGES,), ACCEPTED, "Anthropic's named events: `message_start`, "
           "`content_block_start`, `content_block_delta`, `content_block_stop`, `message_delta`, "

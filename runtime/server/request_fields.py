@@ -50,6 +50,7 @@ def sampling_params(body: dict, defaults: dict, *, chat: bool) -> tuple[Sampling
         stop=_stop(body),
         logprobs=logprobs,
         top_logprobs=top,
+        speculate=typed(body, "speculate", bool, True, label="a boolean"),
     )
     return params, explicit
 

@@ -1,0 +1,116 @@
+"""Speculative decoding with prompt lookup on tiny random-weight models: greedy output equals
+plain decoding's under batching (rows joining and leaving) and preemption, drafts are both
+accepted and rejected on the way, rejected K/V goes back to the pool, and sampled output
+follows the same distribution as plain decoding's."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import mlx.core as mx
+import pytest
+
+from mlx_paged import LLM, SamplingParams
+
+# Prompts that repeat themselves, so lookup drafts; lengths and limits differ, so rows join
+# and leave the batch at different steps.
+PROMPTS = [
+    [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 5, 6],
+    list(range(20, 60)),
+    [3, 4] * 10,
+    [40, 41, 42, 43, 44] * 3 + [99, 98],
+    [11, 12, 13],
+]
+LIMITS = [40, 12, 25, 33, 7]
+
+
+def _speculating(folder, **kwargs) -> LLM:
+    llm = LLM(str(folder), draft_model="ngram", num_draft_tokens=4, **kwargs)
+    llm.engine.runner.spec_policy.adaptive = False  # every step that may speculate does
+    return llm
+
+
+def _greedy(llm: LLM, prompts=PROMPTS, limits=LIMITS) -> list[list[int]]:
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in limits]
+    return [r.token_ids for r in llm.generate(prompts, params)]
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen3"])
+@pytest.mark.parametrize("compiled", ["off", "on"])
+def test_greedy_output_is_plain_decodings(tiny_model_dir, model_type, compiled):
+    folder = tiny_model_dir(model_type)
+    plain = _greedy(LLM(str(folder), num_blocks=64, compile_decode=compiled))
+    llm = _speculating(folder, num_blocks=64, compile_decode=compiled)
+    assert _greedy(llm) == plain
+    runner = llm.engine.runner
+    assert runner.spec_drafts > 0
+    assert 0 < runner.spec_accepted_tokens < runner.spec_draft_tokens  # some of each
+    # Every block is back in the pool once the requests are done (rejected drafts' too).
+    pool = llm.engine.kv.block_pool
+    assert pool.num_free_blocks == pool.num_usable_blocks
+
+
+def test_greedy_output_survives_preemption(tiny_model_dir):
+    folder = tiny_model_dir("llama")
+    prompts, limits = [p * 2 for p in PROMPTS] * 2, LIMITS * 2
+    plain = _greedy(LLM(str(folder), num_blocks=14, block_size=16), prompts, limits)
+    llm = _speculating(folder, num_blocks=14, block_size=16)
+    assert _greedy(llm, prompts, limits) == plain
+    assert llm.engine.metrics.preemptions_total > 0 and llm.engine.runner.spec_drafts > 0
+
+
+def test_a_request_may_turn_speculation_off(tiny_model_dir):
+    llm = _speculating(tiny_model_dir("llama"), num_blocks=64)
+    params = SamplingParams(max_tokens=20, ignore_eos=True, speculate=False)
+    llm.generate(PROMPTS[:1], params)
+    assert llm.engine.runner.spec_drafts == 0
+
+
+def test_stop_tokens_and_max_tokens_end_a_row_inside_its_draft(tiny_model_dir):
+    """A draft that runs past `max_tokens` or through a stop token ends where plain decoding
+    would: the tokens after the end are not outputs."""
+    folder = tiny_model_dir("llama")
+    free = _greedy(LLM(str(folder), num_blocks=64), PROMPTS[:1], [30])[0]
+    stop = free[12]
+    params = SamplingParams(max_tokens=30, stop_token_ids=[stop])
+    plain = LLM(str(folder), num_blocks=64).generate(PROMPTS[:1], params)[0]
+    spec = _speculating(folder, num_blocks=64).generate(PROMPTS[:1], params)[0]
+    assert (spec.token_ids, spec.finish_reason) == (plain.token_ids, plain.finish_reason)
+    assert spec.finish_reason == "stop" and len(spec.token_ids) == free.index(stop)
+
+
+def test_sampled_output_follows_the_target_distribution(tiny_model_dir):
+    """Three tokens sampled from the top 3 at temperature 1, many times, with and without
+    speculation: the two samples of the 27 outcomes agree (chi-square, two samples), while
+    drafts were both accepted and rejected."""
+    folder = tiny_model_dir("llama")
+    params = SamplingParams(max_tokens=3, temperature=1.0, top_k=3, ignore_eos=True)
+    prompt = [5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 5, 6]
+    counts = []
+    for speculate in (False, True):
+        llm = (
+            _speculating(folder, num_blocks=256) if speculate else LLM(str(folder), num_blocks=256)
+        )
+        mx.random.seed(1)
+        results = llm.generate([prompt] * 1200, params)
+        counts.append(Counter(tuple(r.token_ids) for r in results))
+    runner = llm.engine.runner
+    assert 0 < runner.spec_accepted_tokens < runner.spec_draft_tokens
+    outcomes = set(counts[0]) | set(counts[1])
+    statistic = sum(
+        (counts[0][o] - counts[1][o]) ** 2 / (counts[0][o] + counts[1][o]) for o in outcomes
+    )
+    # Two equal-size samples: the statistic is chi-square with len(outcomes) - 1 degrees of
+    # freedom; 60 is past its 0.999 quantile for up to 27 outcomes (54.1 at 26 degrees).
+    assert len(outcomes) > 3 and statistic < 60, (statistic, counts)
+
+
+def test_models_with_recurrent_state_and_fused_rope_are_refused(tiny_model_dir):
+    with pytest.raises(ValueError, match="recurrent state"):
+        LLM(str(tiny_model_dir("qwen3_5")), draft_model="ngram")
+    with pytest.raises(ValueError, match="fused-rope off"):
+        LLM(str(tiny_model_dir("llama")), draft_model="ngram", fused_rope="on")
+    with pytest.raises(ValueError, match="only prompt lookup"):
+        LLM(str(tiny_model_dir("llama")), draft_model="some/model")
+    with pytest.raises(ValueError, match="paged KV path"):
+        LLM(str(tiny_model_dir("llama")), draft_model="ngram", kv_paged=False)
