@@ -11,9 +11,11 @@ plain decoding's and sampled output follows the target distribution. The K/V wri
 rejected tokens is dropped: the row's length counts only accepted tokens, blocks past it go
 back to the pool, and the prefix cache hashes only known tokens.
 
-A speculative step must know each row's pending token before it drafts, so it gives up the
-lookahead overlap; `SpeculationPolicy` compares the two kinds of steps' token rates and backs
-off where drafts do not pay.
+Rows with a grammar get a mask per query row, as if their draft were consumed (a draft is cut
+before the first token its grammar refuses); the accepted tokens advance the matcher, so a
+rejected draft leaves no trace in it. A speculative step must know each row's pending token
+before it drafts, so it gives up the lookahead overlap; `SpeculationPolicy` compares the two
+kinds of steps' token rates and backs off where drafts do not pay.
 """
 
 from __future__ import annotations
@@ -25,11 +27,12 @@ from mlx_paged.request import Request
 from mlx_paged.runner.model_runner import RowOutput
 from mlx_paged.sampling.sampler import sample
 from mlx_paged.speculative.policy import SpeculationPolicy
+from mlx_paged.structured.matchers import constrain
 
 
 class SpeculativeDecoder:
-    """Mixed into `PagedRunner` (which provides the lookahead state, `kv`, `_verify_logits`
-    and `_written`); `proposer` None turns speculation off."""
+    """Mixed into `PagedRunner` (which provides the lookahead state, `kv`, `grammars`,
+    `_verify_logits` and `_written`); `proposer` None turns speculation off."""
 
     proposer = None
     spec_policy: SpeculationPolicy | None = None
@@ -37,16 +40,11 @@ class SpeculativeDecoder:
     spec_drafts = spec_draft_tokens = spec_accepted_tokens = 0
 
     def wants_speculation(self, rows: list[Request]) -> bool:
-        """Whether this step speculates: a proposer, no grammar row (masks per draft position
-        are not built), a pending token per row, and the policy's word; the policy is told
-        the step's kind either way."""
+        """Whether this step speculates: a proposer, a pending token per row, and the policy's
+        word; the policy is told the step's kind either way."""
         if self.proposer is None:
             return False
-        speculative = (
-            self.next_tokens is not None
-            and not any(r.runtime.matcher is not None for r in rows)
-            and self.spec_policy.choose(len(rows))
-        )
+        speculative = self.next_tokens is not None and self.spec_policy.choose(len(rows))
         self.spec_policy.begin(speculative, len(rows))
         return speculative
 
@@ -60,6 +58,11 @@ class SpeculativeDecoder:
         fresh = {id(o.request) for o in outputs}  # pending tokens not yet in their requests
         pending = inputs.tolist()
         drafts = [self._draft(r, [t] if id(r) in fresh else []) for r, t in zip(rows, pending)]
+        allocated = [bool(d) for d in drafts]
+        matchers = [r.runtime.active_matcher for r in rows]
+        constrained = any(m is not None for m in matchers)
+        if constrained:  # cuts drafts where their grammar refuses a token
+            words = self.grammars.draft_masks(matchers, drafts)
         counts = np.array([1 + len(d) for d in drafts])
         index = np.repeat(np.arange(len(rows)), counts)
         # Query j of a row sits at position num_computed_tokens - 1 + j.
@@ -67,17 +70,22 @@ class SpeculativeDecoder:
         fed = [x for t, d in zip(pending, drafts) for x in (t, *d)]
         tokens = mx.array(fed, inputs.dtype)
         logits = self._verify_logits(tokens, index, lens.astype(np.int32))
+        if constrained:
+            logits = constrain(logits, mx.array(words))
         samplings = [rows[i].runtime.sampling for i in index]
         sampled, logprobs, contexts = sample(logits, tokens, samplings)
         mx.eval(sampled, contexts, self._written())
-        return outputs + self._accept(rows, drafts, sampled.tolist(), logprobs, counts)
+        accepted = self._accept(rows, drafts, sampled.tolist(), logprobs, counts, allocated)
+        self._advance_matchers(accepted)
+        return outputs + accepted
 
     def _draft(self, request: Request, tail: list[int]) -> list[int]:
         """The request's draft, within its `max_tokens` (the pending token and the one after
         the draft come out too) and the room the pool has for it; none for rows whose sampling
-        reads its own history (penalties, logit bias) or that turned speculation off."""
-        params = request.sampling_params
-        if request.runtime.sampling.processors or not params.speculate:
+        reads its own history (penalties, logit bias), whose grammar waits for its start, or
+        that turned speculation off."""
+        params, runtime = request.sampling_params, request.runtime
+        if runtime.sampling.processors or runtime.grammar_after or not params.speculate:
             return []
         limit = params.max_tokens - len(request.output_token_ids) - len(tail) - 1
         draft = self.proposer.propose(request, tail, limit)
@@ -85,12 +93,12 @@ class SpeculativeDecoder:
             return []
         return draft
 
-    def _accept(self, rows, drafts, sampled: list[int], logprobs: mx.array, counts):
-        """Keep each draft's prefix that the samples confirm; set the pending tokens; trim the
-        K/V of the rest. The accepted tokens as outputs."""
+    def _accept(self, rows, drafts, sampled: list[int], logprobs: mx.array, counts, allocated):
+        """Keep each draft's prefix that the samples confirm; set the pending tokens; give back
+        the blocks `allocated` for the rest. The accepted tokens as outputs."""
         outputs, pending, pending_logprobs = [], [], []
         at = 0
-        for request, draft, count in zip(rows, drafts, counts):
+        for request, draft, count, took_blocks in zip(rows, drafts, counts, allocated):
             samples = sampled[at : at + count]
             accepted = 0
             while accepted < len(draft) and samples[accepted] == draft[accepted]:
@@ -100,9 +108,10 @@ class SpeculativeDecoder:
                         for j, t in enumerate(draft[:accepted])]  # fmt: skip
             pending.append(samples[accepted])
             pending_logprobs.append(logprobs[at + accepted] if asks else None)
-            if draft:
-                request.num_computed_tokens += accepted
+            request.num_computed_tokens += accepted
+            if took_blocks:
                 self.kv.trim(request, request.num_computed_tokens)
+            if draft:
                 self.spec_drafts += 1
                 self.spec_draft_tokens += len(draft)
                 self.spec_accepted_tokens += accepted

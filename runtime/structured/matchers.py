@@ -78,6 +78,33 @@ class GrammarMatchers:
             llguidance.numpy.fill_next_token_bitmask_par(self._executor, rows, words)
         return words
 
+    def draft_masks(
+        self, matchers: Sequence[llguidance.LLMatcher | None], drafts: list[list[int]]
+    ) -> np.ndarray:
+        """Mask words of a speculative step's query rows: per row, its pending token's and one
+        after each drafted token, as if the draft were consumed (each matcher is left as it
+        was). A draft is cut before its first token the grammar refuses (in place), and the
+        masks after the cut are left out."""
+        starts = np.cumsum([0] + [1 + len(d) for d in drafts])
+        words = np.full(llguidance.numpy.get_bitmask_shape(int(starts[-1]), self.vocab_size), -1,
+                        dtype=np.int32)  # fmt: skip
+        rows = [(m, int(s), list(d)) for m, s, d in zip(matchers, starts, drafts) if m is not None]
+        drafted = [row for row in rows if row[2]]  # llguidance takes no empty draft there
+        if drafted:
+            llguidance.numpy.fill_next_token_bitmask_par_with_draft_tokens(
+                self._executor, drafted, words
+            )
+        if len(drafted) < len(rows):
+            plain = [(m, s) for m, s, d in rows if not d]
+            llguidance.numpy.fill_next_token_bitmask_par(self._executor, plain, words)
+        keep = []
+        for start, draft in zip(starts, drafts):
+            allowed = [words[start + j, t // 32] >> (t % 32) & 1 for j, t in enumerate(draft)]
+            if not all(allowed):
+                del draft[allowed.index(0) :]
+            keep += range(start, start + 1 + len(draft))
+        return words[keep]
+
     @staticmethod
     def consume(tokens: Sequence[tuple[llguidance.LLMatcher, int]]) -> None:
         """Advance each matcher by its emitted token (one by one: a few microseconds each,

@@ -114,3 +114,33 @@ def test_models_with_recurrent_state_and_fused_rope_are_refused(tiny_model_dir):
         LLM(str(tiny_model_dir("llama")), draft_model="some/model")
     with pytest.raises(ValueError, match="paged KV path"):
         LLM(str(tiny_model_dir("llama")), draft_model="ngram", kv_paged=False)
+
+
+def test_structured_rows_speculate_within_their_grammar(tiny_model_dir, tiny_tokenizer):
+    """Grammar rows draft too: each query row gets the mask of its place in the draft, the
+    matcher advances by accepted tokens only, so greedy JSON equals plain decoding's and
+    validates; free rows in the same batch keep their own tokens."""
+    import json
+
+    import jsonschema
+
+    from mlx_paged.structured.grammars import json_schema_grammar
+
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {
+        "enum": ["alpha", "beta"]}, "minItems": 6, "maxItems": 6}}, "required": ["tags"],
+        "additionalProperties": False}  # fmt: skip
+    example = '{"tags": ["alpha", "beta", "alpha", "beta", "alpha", "beta"]}'
+    prompts = [tiny_tokenizer.encode(example * 2), PROMPTS[0], tiny_tokenizer.encode(example)]
+    grammar = json_schema_grammar(schema, "response_format")
+    constrained = SamplingParams(max_tokens=80, grammar=grammar)
+    params = [constrained, SamplingParams(max_tokens=30, ignore_eos=True), constrained]
+    folder = tiny_model_dir("llama")
+    plain = LLM(str(folder), num_blocks=64).generate(prompts, params)
+    llm = _speculating(folder, num_blocks=64)
+    spec = llm.generate(prompts, params)
+    assert [r.token_ids for r in spec] == [r.token_ids for r in plain]
+    for result in spec[0::2]:
+        assert result.finish_reason == "stop"
+        jsonschema.validate(json.loads(result.text), schema)
+    runner = llm.engine.runner
+    assert runner.spec_accepted_tokens > 0 and runner.spec_drafts > 0

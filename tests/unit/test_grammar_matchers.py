@@ -69,3 +69,23 @@ def test_compiled_grammars_kept_are_bounded(tokenizer, monkeypatch):
         grammars.matcher(grammar)
     grammars.matcher(made[1])  # used again: kept over the older one
     assert list(grammars._templates) == [made[2], made[1]]
+
+
+def test_draft_masks_follow_the_draft_and_cut_it_where_the_grammar_refuses(tokenizer):
+    grammars = GrammarMatchers(tokenizer, VOCAB)
+    grammar = json_schema_grammar(SCHEMA, "response_format")
+    matcher, other = grammars.matcher(grammar), grammars.matcher(grammar)
+    ids = tokenizer.encode('{"ok": true}')
+    refused = tokenizer.encode("x")[0]
+    drafts = [ids[:3], [ids[0], refused, ids[2]], [5, 6]]
+    words = grammars.draft_masks([matcher, other, None], drafts)
+    # The first draft whole (4 rows), the second cut after its first token (2), the free row's
+    # pending token and draft (3 rows of every token allowed).
+    assert drafts[:2] == [ids[:3], ids[:1]] and words.shape[0] == 4 + 2 + 3
+    masked = np.isfinite(np.array(constrain(mx.zeros((words.shape[0], VOCAB)), mx.array(words))))
+    for row, token in enumerate(ids[:3]):
+        assert masked[row, token] and masked[row].sum() < VOCAB
+    assert masked[4, ids[0]] and not masked[5, refused]
+    assert masked[6:].all()
+    grammars.consume([(matcher, t) for t in ids])  # the matcher was left at its start
+    assert matcher.is_accepting()
