@@ -2,10 +2,11 @@
 ngram`) against plain decoding, on one model in one process, for a copy-heavy workload (a text
 or a function to write out again) and a free-form one (a story).
 
-Each workload runs at each concurrency: that many greedy chat requests in one `generate` call,
-on two engines built alike but for the drafter, alternating for `--rounds` rounds; the table
-reports medians of output tokens per second (prefill included, the same on both), the ratio,
-the drafts' acceptance rate, and whether every output equals plain decoding's. The texts come
+Each workload runs at each concurrency: that many greedy requests in one `generate` call, on
+engines built alike but for the drafter (none, prompt lookup, and `--draft-model` if given),
+in turn for `--rounds` rounds; the table reports medians of output tokens per second (prefill
+included, the same for all), each drafter's ratio to plain decoding, the drafts' acceptance
+rate, and whether every output equals plain decoding's. The texts come
 from Python's standard library (docstrings and functions), so nothing is downloaded.
 """
 
@@ -69,6 +70,9 @@ def main(args) -> int:
     engines = {"plain": LLM(model, **flags),
                "ngram": LLM(model, draft_model="ngram",
                             num_draft_tokens=args.num_draft_tokens, **flags)}  # fmt: skip
+    if args.draft_model:
+        engines["draft"] = LLM(model, draft_model=args.draft_model,
+                               num_draft_tokens=args.num_draft_tokens, **flags)  # fmt: skip
     tokenizer = engines["plain"].tokenizer
     rows = []
     for name, prompts in workloads(max(args.concurrency), tokenizer).items():
@@ -77,6 +81,7 @@ def main(args) -> int:
     result = {"model": args.model or "SmolLM2-135M-Instruct", "device": device_name(),
               "mlx": mx.__version__, "machine": platform.machine(),
               "workload": {"max_tokens": args.max_tokens, "rounds": args.rounds,
+                           "draft_model": args.draft_model,
                            "num_draft_tokens": args.num_draft_tokens,
                            "concurrency": args.concurrency},
               "rows": rows}  # fmt: skip
@@ -85,37 +90,38 @@ def main(args) -> int:
 
 
 def _measure(engines: dict, name: str, concurrency: int, prompts, args) -> dict:
-    """Both engines on `prompts` for `args.rounds` rounds after a warm-up; one table row."""
+    """Every engine on `prompts` for `args.rounds` rounds after a warm-up; one table row: each
+    speculating engine's tok/s, its ratio to plain decoding's, acceptance and equal outputs."""
     from mlx_paged import SamplingParams
 
     params = SamplingParams(max_tokens=args.max_tokens)
-    runner = engines["ngram"].engine.runner
     rates = {kind: [] for kind in engines}
-    outputs = {}
-    for engines_round in progress(range(args.rounds + 1), f"{name}, {concurrency} at once",
-                                  unit="round"):  # fmt: skip
-        if engines_round == 1:  # after the warm-up: count this workload's drafts only
-            drafted, accepted = runner.spec_draft_tokens, runner.spec_accepted_tokens
+    outputs, counted = {}, {}
+    for timed in progress(range(args.rounds + 1), f"{name}, {concurrency} at once",
+                          unit="round"):  # fmt: skip
         for kind, llm in engines.items():
+            runner = llm.engine.runner
+            if timed == 1:  # after the warm-up: count this workload's drafts only
+                counted[kind] = (runner.spec_draft_tokens, runner.spec_accepted_tokens)
             tic = time.perf_counter()
             results = llm.generate(prompts, params)
             seconds = time.perf_counter() - tic
             outputs[kind] = [r.token_ids for r in results]
-            if engines_round:
+            if timed:
                 rates[kind].append(sum(len(t) for t in outputs[kind]) / seconds)
-    drafted = runner.spec_draft_tokens - drafted
     row = {"workload": name, "concurrency": concurrency,
-           "plain_tok_s": statistics.median(rates["plain"]),
-           "ngram_tok_s": statistics.median(rates["ngram"]),
-           "acceptance": (runner.spec_accepted_tokens - accepted) / drafted if drafted else None,
-           "drafted_tokens": drafted,
-           "outputs_equal": outputs["plain"] == outputs["ngram"],
-           "rates": rates}  # fmt: skip
-    row["ratio"] = row["ngram_tok_s"] / row["plain_tok_s"]
-    print(
-        f"  {name}, concurrency {concurrency}: plain {row['plain_tok_s']:.1f}, ngram "
-        f"{row['ngram_tok_s']:.1f} tok/s ({row['ratio']:.2f}x), acceptance "
-        f"{json.dumps(row['acceptance'])}, outputs equal: {row['outputs_equal']}",
-        flush=True,
-    )
+           "plain_tok_s": statistics.median(rates["plain"]), "rates": rates}  # fmt: skip
+    for kind in [k for k in engines if k != "plain"]:
+        runner = engines[kind].engine.runner
+        drafted = runner.spec_draft_tokens - counted[kind][0]
+        accepted = runner.spec_accepted_tokens - counted[kind][1]
+        row[kind] = {"tok_s": statistics.median(rates[kind]),
+                     "ratio": statistics.median(rates[kind]) / row["plain_tok_s"],
+                     "acceptance": accepted / drafted if drafted else None,
+                     "drafted_tokens": drafted,
+                     "outputs_equal": outputs[kind] == outputs["plain"]}  # fmt: skip
+        print(f"  {name}, concurrency {concurrency}, {kind}: {row[kind]['tok_s']:.1f} tok/s "
+              f"against {row['plain_tok_s']:.1f} ({row[kind]['ratio']:.2f}x), acceptance "
+              f"{json.dumps(row[kind]['acceptance'])}, outputs equal: "
+              f"{row[kind]['outputs_equal']}", flush=True)  # fmt: skip
     return row

@@ -216,6 +216,9 @@ def _add_speculative(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, nargs="*", default=[1, 16], help="requests at once")
     p.add_argument("--max-tokens", type=int, default=256, help="output tokens per request")
     p.add_argument("--num-draft-tokens", type=int, default=4, help="most tokens a draft holds")
+    p.add_argument(
+        "--draft-model", default=None, help="also measure drafts from this model (a folder)"
+    )
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per engine (median)")
     p.add_argument("--out", default="bench/out/speculative.json", help="JSON results file")
     p.set_defaults(run=_bench("speculative"))

@@ -10,9 +10,10 @@ def add_speculation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--draft-model",
         default=None,
-        help="speculative decoding: 'ngram' drafts by prompt lookup over each request's own "
-        "tokens and verifies the drafts in the batch (paged path; draft models are not built "
-        "yet). Off by default",
+        help="speculative decoding (paged path): 'ngram' drafts by prompt lookup over each "
+        "request's own tokens; a model folder or hub name drafts with that smaller model, "
+        "which must share the tokenizer (its K/V takes its share of --kv-budget). The drafts "
+        "are verified in the batch. Off by default",
     )
     p.add_argument(
         "--num-draft-tokens",

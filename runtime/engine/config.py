@@ -42,8 +42,9 @@ class EngineConfig:
             `kv_bits_v` set keys and values apart.
         kv_groups: sliding-window layers in KV cache groups of their own, which free the
             blocks their window left (paged path); False keeps every layer in one group.
-        draft_model: speculative decoding's drafter (`--draft-model`): "ngram" (prompt
-            lookup over each request's own tokens, paged path); None turns it off.
+        draft_model: speculative decoding's drafter (`--draft-model`, paged path): "ngram"
+            (prompt lookup over each request's own tokens) or a smaller model sharing the
+            tokenizer (a folder or hub name); None turns it off.
         num_draft_tokens: most tokens a draft holds (`--num-draft-tokens`).
     """
 
@@ -105,11 +106,6 @@ class EngineConfig:
             raise ValueError(f"num_draft_tokens must be >= 1, got {self.num_draft_tokens}")
         if self.draft_model is None:
             return
-        if self.draft_model != "ngram":
-            raise ValueError(
-                f"draft model {self.draft_model!r}: only prompt lookup ('ngram') drafts yet; "
-                "draft models are not built"
-            )
         if not self.kv_paged:
             raise ValueError(
                 "speculative decoding needs the paged KV path: the contiguous path is mlx-lm's "

@@ -25,16 +25,14 @@ from mlx_paged.engine.output_router import OutputRouter
 from mlx_paged.engine.outputs import CoreOutput
 from mlx_paged.engine.request_checks import RequestLimits, context_length
 from mlx_paged.engine.request_stream import RequestStream
+from mlx_paged.engine.runner_setup import build_runner
 from mlx_paged.engine.scheduler import Scheduler
 from mlx_paged.engine.step_pacer import StepPacer
 from mlx_paged.engine.step_recovery import StepRecovery
 from mlx_paged.engine.stop_checker import StopChecker
 from mlx_paged.request import PromptSchedule, Request, RequestStatus
-from mlx_paged.runner.contiguous_runner import ContiguousRunner
-from mlx_paged.runner.paged_setup import build_paged_path
 from mlx_paged.sampling.sampler import make_row_sampling
 from mlx_paged.sampling.sampling_params import SamplingParams
-from mlx_paged.speculative.setup import enable_speculation
 from mlx_paged.structured.matchers import GrammarMatchers
 
 logger = logging.getLogger(__name__)
@@ -64,8 +62,10 @@ class Engine(EngineInbox, StepRecovery):
         self.tokenizer = tokenizer
         self.config = config
         self.max_model_len = config.max_model_len or context_length(model_config or {}) or 131072
-        self.runner, self.kv = self._build_runner((model_config or {}).get("model_type", ""))
-        enable_speculation(self.runner, config.draft_model, config.num_draft_tokens)
+        model_type = (model_config or {}).get("model_type", "")
+        self.runner, self.kv = build_runner(
+            model, model_type, config, self.max_model_len, tokenizer
+        )
         serial = not getattr(self.runner, "batches_exactly", True)  # see ContiguousRunner
         self.scheduler = Scheduler(
             max_num_seqs=1 if serial else config.max_num_seqs,
@@ -105,22 +105,6 @@ class Engine(EngineInbox, StepRecovery):
         self._stopping = threading.Event()
         self._stream = generation_stream  # callers that drive `step` themselves use mlx-lm's
         self.error: BaseException | None = None
-
-    def _build_runner(self, model_type: str):
-        """(runner, KV cache manager): the paged path's, or the contiguous runner and None."""
-        config = self.config
-        if not config.kv_paged:
-            return ContiguousRunner(self.model, prefill_step_size=config.prefill_step_size), None
-        return build_paged_path(
-            self.model, model_type, block_size=config.block_size,
-            kv_budget_bytes=config.kv_budget_bytes, num_blocks=config.num_blocks,
-            enable_prefix_caching=config.enable_prefix_caching,
-            paged_attention=config.paged_attention, compile_decode=config.compile_decode,
-            fused_rope=config.fused_rope, max_num_tokens=config.max_num_seqs * self.max_model_len,
-            k_bits=config.k_bits, v_bits=config.v_bits, kv_group_size=config.kv_group_size,
-            max_live_requests=config.max_num_seqs + config.max_num_prefill_seqs,
-            kv_groups=config.kv_groups,
-        )  # fmt: skip
 
     # ---- called from any thread -------------------------------------------------------------
 

@@ -133,7 +133,7 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
         forward also runs them (`_mixed`), so a chunk costs no forward of its own."""
         self._fill_state_slots()
         self._join(rows[len(self.decode_rows) :])
-        if not prefill and self.wants_speculation(rows):
+        if self.wants_speculation(rows, allowed=not prefill):
             outputs = self.speculative_step(rows)
         else:
             forward = (lambda inputs: self._mixed(inputs, prefill)) if prefill else self._decode

@@ -51,6 +51,15 @@ def kv_bytes_per_token(
     )
 
 
+def paged_block_bytes(
+    model, block_size: int, k_bits: int = 16, v_bits: int = 16, kv_group_size: int = 64
+) -> int:
+    """Bytes a block of `block_size` tokens of `model`'s K/V takes in a pool of one KV cache
+    group (a draft model's: `shared_block_bytes` of the target's `build_paged_path`)."""
+    install_attention_hook()  # the probe sees attention through the hook
+    return block_size * kv_bytes_per_token(probe_kv_layout(model), k_bits, v_bits, kv_group_size)
+
+
 def _log_pool(
     pool: PagedKVPool, token_bytes: int, prefix_caching: bool, states=None, wanted_slots=0
 ) -> None:
@@ -142,6 +151,7 @@ def build_paged_path(
     kv_group_size: int = 64,
     max_live_requests: int = 64,
     kv_groups: bool = True,
+    shared_block_bytes: int = 0,
 ) -> tuple[PagedRunner, KVCacheManager]:
     """Check the model, size the pool and return (runner, kv manager).
 
@@ -156,6 +166,8 @@ def build_paged_path(
     request, as many again for prefix-cache snapshots), or what `STATE_BUDGET_SHARE` of it
     holds, fewer: then admission waits for a slot. `kv_groups`: sliding-window layers get
     KV cache groups of their own (`kv_groups.py`) where their page shapes allow.
+    `shared_block_bytes`: what another pool (a draft model's) spends on the same tokens out
+    of the same budget, which sizes the blocks here as if they held both.
     """
     rules, layout = _prepare_model(model, model_type, fused_rope)
     if layout.values_differ and min(k_bits, v_bits) < 16:
@@ -169,7 +181,7 @@ def build_paged_path(
     block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size, groups)
     wanted = state_pool_slots(max_live_requests) if layout.state else 0
     num_blocks, num_slots = _pool_sizes(
-        block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens,
+        block_bytes + shared_block_bytes, block_size, kv_budget_bytes, num_blocks, max_num_tokens,
         slot_bytes(layout.state), wanted,
     )  # fmt: skip
     pool = PagedKVPool(layout.num_layers, num_blocks, block_size, layout.num_kv_heads,

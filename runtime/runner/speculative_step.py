@@ -39,12 +39,15 @@ class SpeculativeDecoder:
     # Verify rows (rows with a draft), drafted tokens and accepted ones, since the start.
     spec_drafts = spec_draft_tokens = spec_accepted_tokens = 0
 
-    def wants_speculation(self, rows: list[Request]) -> bool:
-        """Whether this step speculates: a proposer, a pending token per row, and the policy's
-        word; the policy is told the step's kind either way."""
+    def wants_speculation(self, rows: list[Request], allowed: bool = True) -> bool:
+        """Whether this step speculates: a proposer, `allowed` (no prefill chunk rides in the
+        forward), a pending token per row, and the policy's word; the policy is told the
+        step's kind either way."""
         if self.proposer is None:
             return False
-        speculative = self.next_tokens is not None and self.spec_policy.choose(len(rows))
+        speculative = (
+            allowed and self.next_tokens is not None and self.spec_policy.choose(len(rows))
+        )
         self.spec_policy.begin(speculative, len(rows))
         return speculative
 
@@ -57,7 +60,7 @@ class SpeculativeDecoder:
         outputs = self._fed_outputs(rows, inputs, current_logprobs)
         fresh = {id(o.request) for o in outputs}  # pending tokens not yet in their requests
         pending = inputs.tolist()
-        drafts = [self._draft(r, [t] if id(r) in fresh else []) for r, t in zip(rows, pending)]
+        drafts = self._drafts(rows, [[t] if id(r) in fresh else [] for r, t in zip(rows, pending)])
         allocated = [bool(d) for d in drafts]
         matchers = [r.runtime.active_matcher for r in rows]
         constrained = any(m is not None for m in matchers)
@@ -79,19 +82,22 @@ class SpeculativeDecoder:
         self._advance_matchers(accepted)
         return outputs + accepted
 
-    def _draft(self, request: Request, tail: list[int]) -> list[int]:
-        """The request's draft, within its `max_tokens` (the pending token and the one after
-        the draft come out too) and the room the pool has for it; none for rows whose sampling
+    def _drafts(self, rows: list[Request], tails: list[list[int]]) -> list[list[int]]:
+        """Each row's draft, within its `max_tokens` (its pending token and the one after the
+        draft come out too) and the room the pool has for it; none for rows whose sampling
         reads its own history (penalties, logit bias), whose grammar waits for its start, or
         that turned speculation off."""
-        params, runtime = request.sampling_params, request.runtime
-        if runtime.sampling.processors or runtime.grammar_after or not params.speculate:
-            return []
-        limit = params.max_tokens - len(request.output_token_ids) - len(tail) - 1
-        draft = self.proposer.propose(request, tail, limit)
-        if draft and self.kv.allocate_slots(request, len(draft)) is None:
-            return []
-        return draft
+        limits = []
+        for request, tail in zip(rows, tails):
+            params, runtime = request.sampling_params, request.runtime
+            free = not (runtime.sampling.processors or runtime.grammar_after) and params.speculate
+            left = params.max_tokens - len(request.output_token_ids) - len(tail) - 1
+            limits.append(left if free else 0)
+        drafts = self.proposer.propose_batch(rows, tails, limits)
+        for i, (request, draft) in enumerate(zip(rows, drafts)):
+            if draft and self.kv.allocate_slots(request, len(draft)) is None:
+                drafts[i] = []
+        return drafts
 
     def _accept(self, rows, drafts, sampled: list[int], logprobs: mx.array, counts, allocated):
         """Keep each draft's prefix that the samples confirm; set the pending tokens; give back
@@ -111,6 +117,7 @@ class SpeculativeDecoder:
             request.num_computed_tokens += accepted
             if took_blocks:
                 self.kv.trim(request, request.num_computed_tokens)
+            self.proposer.accept(request, request.num_computed_tokens)
             if draft:
                 self.spec_drafts += 1
                 self.spec_draft_tokens += len(draft)

@@ -41,6 +41,13 @@ class NgramProposer:
                 return tokens[follow : follow + limit].tolist()
         return []
 
+    def propose_batch(self, requests, tails: list[list[int]], limits: list[int]):
+        """`propose` for each request."""
+        return [self.propose(r, t, n) for r, t, n in zip(requests, tails, limits)]
+
+    def accept(self, request, num_tokens: int) -> None:
+        """Nothing to roll back: drafts come from the request's own tokens."""
+
     def forget(self, request_id: str) -> None:
         """Drop a finished request's buffer."""
         self._tokens.pop(request_id, None)

@@ -110,8 +110,8 @@ def test_models_with_recurrent_state_and_fused_rope_are_refused(tiny_model_dir):
         LLM(str(tiny_model_dir("qwen3_5")), draft_model="ngram")
     with pytest.raises(ValueError, match="fused-rope off"):
         LLM(str(tiny_model_dir("llama")), draft_model="ngram", fused_rope="on")
-    with pytest.raises(ValueError, match="only prompt lookup"):
-        LLM(str(tiny_model_dir("llama")), draft_model="some/model")
+    with pytest.raises(ValueError, match="does not share the served model's tokenizer"):
+        LLM(str(tiny_model_dir("llama")), draft_model=str(_thinking_model(tiny_model_dir)))
     with pytest.raises(ValueError, match="paged KV path"):
         LLM(str(tiny_model_dir("llama")), draft_model="ngram", kv_paged=False)
 
@@ -144,3 +144,49 @@ def test_structured_rows_speculate_within_their_grammar(tiny_model_dir, tiny_tok
         jsonschema.validate(json.loads(result.text), schema)
     runner = llm.engine.runner
     assert runner.spec_accepted_tokens > 0 and runner.spec_drafts > 0
+
+
+def _thinking_model(tiny_model_dir):
+    """A tiny model whose tokenizer has two more tokens than the others'."""
+    from tiny_models import build_model
+
+    folder = tiny_model_dir("llama").parent.parent / "spec-thinking"
+    return folder if folder.exists() else build_model(folder, "llama", thinking=True)
+
+
+@pytest.mark.parametrize("draft_type", ["llama", "qwen3"])
+def test_a_draft_model_gives_plain_decodings_greedy_output(tiny_model_dir, draft_type):
+    """The target drafting with itself accepts every draft; another model's drafts are mostly
+    rejected; the output is plain decoding's either way, and both pools end empty."""
+    folder = tiny_model_dir("llama")
+    plain = _greedy(LLM(str(folder), num_blocks=64))
+    llm = LLM(str(folder), num_blocks=64, draft_model=str(tiny_model_dir(draft_type)),
+              num_draft_tokens=3)  # fmt: skip
+    llm.engine.runner.spec_policy.adaptive = False
+    assert _greedy(llm) == plain
+    runner = llm.engine.runner
+    assert runner.spec_drafts > 0
+    if draft_type == "llama":
+        assert runner.spec_accepted_tokens == runner.spec_draft_tokens
+    else:
+        assert runner.spec_accepted_tokens < runner.spec_draft_tokens
+    for pool in (llm.engine.kv.block_pool, runner.proposer.kv.block_pool):
+        assert pool.num_free_blocks == pool.num_usable_blocks
+
+
+def test_a_draft_models_pool_fits_the_same_budget_and_survives_preemption(tiny_model_dir):
+    folder = tiny_model_dir("llama")
+    budget = 2**20
+    llm = LLM(str(folder), kv_budget_bytes=budget, draft_model=str(tiny_model_dir("qwen3")),
+              num_draft_tokens=3)  # fmt: skip
+    runner = llm.engine.runner
+    draft = runner.proposer.runner
+    assert draft.pool.num_blocks == runner.pool.num_blocks
+    assert runner.pool.nbytes + draft.pool.nbytes <= budget
+    small = LLM(str(folder), num_blocks=14, block_size=16)
+    prompts, limits = [p * 2 for p in PROMPTS] * 2, LIMITS * 2
+    plain = _greedy(small, prompts, limits)
+    llm = LLM(str(folder), num_blocks=14, block_size=16, draft_model=str(folder))
+    llm.engine.runner.spec_policy.adaptive = False
+    assert _greedy(llm, prompts, limits) == plain
+    assert llm.engine.metrics.preemptions_total > 0 and llm.engine.runner.spec_drafts > 0
