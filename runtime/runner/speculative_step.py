@@ -85,12 +85,14 @@ class SpeculativeDecoder:
     def _drafts(self, rows: list[Request], tails: list[list[int]]) -> list[list[int]]:
         """Each row's draft, within its `max_tokens` (its pending token and the one after the
         draft come out too) and the room the pool has for it; none for rows whose sampling
-        reads its own history (penalties, logit bias), whose grammar waits for its start, or
-        that turned speculation off."""
+        reads its own history (penalties, logit bias), whose grammar waits for its start, with
+        a seed (drafts would change how many draws its output takes), or that turned
+        speculation off."""
         limits = []
         for request, tail in zip(rows, tails):
             params, runtime = request.sampling_params, request.runtime
-            free = not (runtime.sampling.processors or runtime.grammar_after) and params.speculate
+            free = not (runtime.sampling.processors or runtime.grammar_after)
+            free = free and params.speculate and params.seed is None
             left = params.max_tokens - len(request.output_token_ids) - len(tail) - 1
             limits.append(left if free else 0)
         drafts = self.proposer.propose_batch(rows, tails, limits)

@@ -190,3 +190,14 @@ def test_a_draft_models_pool_fits_the_same_budget_and_survives_preemption(tiny_m
     llm.engine.runner.spec_policy.adaptive = False
     assert _greedy(llm, prompts, limits) == plain
     assert llm.engine.metrics.preemptions_total > 0 and llm.engine.runner.spec_drafts > 0
+
+
+def test_seeded_rows_do_not_draft(tiny_model_dir):
+    """A seed gives one output whatever kind each step was: its rows take no drafts, which
+    would change how many draws the output takes."""
+    llm = _speculating(tiny_model_dir("llama"), num_blocks=64)
+    params = SamplingParams(max_tokens=20, temperature=1.0, seed=3, ignore_eos=True)
+    first = llm.generate(PROMPTS[:1], params)[0].token_ids
+    assert llm.engine.runner.spec_drafts == 0
+    plain = LLM(str(tiny_model_dir("llama")), num_blocks=64)
+    assert plain.generate(PROMPTS[:1], params)[0].token_ids == first
