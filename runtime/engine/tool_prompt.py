@@ -59,9 +59,13 @@ def parse_tool_call(text: str, tools=None) -> dict:
     return json.loads(text.strip())
 
 
-def forced_call_grammar(tools: list[dict], name: str | None, param: str) -> str:
+def forced_call_grammar(
+    tools: list[dict], name: str | None, param: str, opened: bool = False, strict_only=False
+) -> str:
     """The grammar of exactly one call, in the default format, of the tool `name` (any of
-    `tools` when None), whose arguments validate against its parameters."""
+    `tools` when None), whose arguments validate against its parameters (`strict_only`: only
+    a strict tool's; the others' are any object); `opened`: the call's opening marker is
+    already out."""
     named = all(
         isinstance(t, dict) and isinstance(t.get("function"), dict)
         and isinstance(t["function"].get("name"), str) for t in tools
@@ -78,14 +82,16 @@ def forced_call_grammar(tools: list[dict], name: str | None, param: str) -> str:
         {
             "type": "object",
             "properties": {"name": {"const": f["name"]},
-                           "arguments": f.get("parameters") or {"type": "object"}},
+                           "arguments": (f.get("parameters") if f.get("strict") or not strict_only
+                                         else None) or {"type": "object"}},
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }
         for f in chosen
     ]  # fmt: skip
     schema = {"x-guidance": COMPACT, **(calls[0] if len(calls) == 1 else {"anyOf": calls})}
-    lark = f"start: {json.dumps(TOOL_CALL_START)} call {json.dumps(TOOL_CALL_END)}\n"
+    opening = "" if opened else json.dumps(TOOL_CALL_START)
+    lark = f"start: {opening} call {json.dumps(TOOL_CALL_END)}\n"
     return llguidance.LLMatcher.grammar_from_lark(lark + f"call: %json {json.dumps(schema)}")
 
 
@@ -96,6 +102,28 @@ def calls_in_default_format(tokenizer) -> bool:
         tokenizer.tool_call_start == TOOL_CALL_START
         and tokenizer.tool_parser is json_tools.parse_tool_call
     )
+
+
+def strict_calls(tokenizer, tools: list | None, param: str) -> tuple[str, list[int]] | None:
+    """For `tool_choice` auto with strict tools (`"strict": true`): the grammar of the call
+    that follows the opening marker, and the marker's token id, after which it starts (the
+    text before is free; the answer ends with the call). None without strict tools; a 400
+    naming `param` where calls take another format or the marker is not one token."""
+    strict = [t for t in tools or () if isinstance(t, dict)
+              and isinstance(t.get("function"), dict) and t["function"].get("strict")]  # fmt: skip
+    if not strict:
+        return None
+    opening = tokenizer.encode(TOOL_CALL_START, add_special_tokens=False)
+    if not calls_in_default_format(tokenizer) or len(opening) != 1:
+        raise InvalidRequestError(
+            f"{param}: a strict tool's input validates here when the call is forced, or, with "
+            f"'auto', on models whose template opens a call with one {TOOL_CALL_START} token; "
+            f"this one does not: force the call or drop 'strict'",
+            param=param,
+        )
+    grammar = forced_call_grammar(tools, None, param, opened=True, strict_only=True)
+    check_grammar(grammar, tokenizer._tokenizer, param)
+    return grammar, opening
 
 
 def forced_call(tokenizer, tools: list | None, name: str | None, param: str) -> str:

@@ -9,7 +9,7 @@ Anthropic's error shape.
 from __future__ import annotations
 
 from mlx_paged.engine.chat_prompt import chat_messages, render_chat
-from mlx_paged.engine.tool_prompt import forced_call
+from mlx_paged.engine.tool_prompt import forced_call, strict_calls
 from mlx_paged.sampling.sampling_params import SamplingParams
 from mlx_paged.server.protocol import ParsedRequest
 from mlx_paged.server.request_fields import MAX_TOKENS_LIMIT, NUMBER, err, typed
@@ -26,10 +26,13 @@ def parse_messages(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
     grammar = _output_format(body, tokenizer)
     choice = body.get("tool_choice") or {}
     if choice.get("type") in ("any", "tool"):
-        if grammar is not None:
-            raise err("output_config.format and a forced tool call cannot both shape one "
-                      "answer", "tool_choice")  # fmt: skip
-        grammar = forced_call(tokenizer, tools, choice.get("name"), "tool_choice")
+        forced, after = forced_call(tokenizer, tools, choice.get("name"), "tool_choice"), []
+    else:
+        forced, after = strict_calls(tokenizer, tools, "tools") or (None, [])
+    if forced is not None and grammar is not None:
+        raise err("output_config.format and a forced or strict tool call cannot both shape "
+                  "one answer", "tool_choice")  # fmt: skip
+    grammar = forced or grammar
     params = SamplingParams(
         max_tokens=_max_tokens(body),
         temperature=typed(body, "temperature", NUMBER, defaults["temperature"], label="a number"),
@@ -38,6 +41,7 @@ def parse_messages(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
         min_p=defaults["min_p"],
         stop=_stop_sequences(body),
         grammar=grammar,
+        grammar_after=after,
         speculate=typed(body, "speculate", bool, True, label="a boolean"),
     )
     stream = typed(body, "stream", bool, False, label="a boolean")
@@ -201,8 +205,6 @@ def _tools(body: dict) -> list | None:
         return None
     if not isinstance(tools, list):
         raise err("tools must be a list of tool objects", "tools")
-    choice = body.get("tool_choice")
-    forced = isinstance(choice, dict) and choice.get("type") in ("any", "tool")
     out = []
     for j, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type", "custom") != "custom":
@@ -212,11 +214,9 @@ def _tools(body: dict) -> list | None:
         schema = tool.get("input_schema")
         if not isinstance(tool.get("name"), str) or not isinstance(schema, dict):
             raise err(f"tools[{j}] needs a string name and an object input_schema", "tools")
-        if tool.get("strict") and not forced:
-            raise err(f"tools[{j}].strict: a strict tool's input validates when the call is "
-                      f"forced (tool_choice 'any' or 'tool'); with 'auto' it is not "
-                      f"supported yet", "tools")  # fmt: skip
         function = {"name": tool["name"], "parameters": schema}
+        if tool.get("strict") is True:
+            function["strict"] = True
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
         out.append({"type": "function", "function": function})

@@ -75,7 +75,10 @@ FIELDS: tuple[Field, ...] = (
     Field("tools", (CHAT,), ACCEPTED, "function tools, rendered by the model's chat template, "
           "or, where it has no tools, written into the system turn in one format "
           "(`<tool_call>{\"name\", \"arguments\"}</tool_call>`); calls come back as "
-          "`tool_calls`"),
+          "`tool_calls`. A `strict` function's arguments always validate: forced calls are "
+          "grammar-constrained whole; under `auto` the call after a one-token `<tool_call>` "
+          "marker is (the answer then ends with it), and models that spell the marker in "
+          "several tokens get a 400"),
     Field("chat_template_kwargs", (CHAT,), ACCEPTED, "an object of extra variables for the "
           "chat template, e.g. `{\"enable_thinking\": false}`; a reasoning model's thinking "
           "comes back as `reasoning_content`"),
@@ -127,8 +130,8 @@ FIELDS: tuple[Field, ...] = (
           "`message_stop`; `ping` while a request waits"),
     Field("tools", (MESSAGES,), ACCEPTED, "custom tools (`name`, `description`, "
           "`input_schema`), rendered as on `/v1/chat/completions`; calls come back as "
-          "`tool_use` blocks with `stop_reason: tool_use`; server tools are a 400, and so is "
-          "`strict` unless the call is forced"),
+          "`tool_use` blocks with `stop_reason: tool_use`; server tools are a 400; `strict` "
+          "as on `/v1/chat/completions`"),
     Field("tool_choice", (MESSAGES,), ACCEPTED, "`auto`, `none` (the tools are not offered), "
           "`any` or `tool` (exactly one call, its input validating, grammar-constrained, as "
           "`tool_choice` on `/v1/chat/completions`)"),

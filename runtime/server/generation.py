@@ -61,7 +61,8 @@ class GenerationMixin(AnthropicMixin):
         state.unknown_fields.note(req.kind, body)
         del body  # all that is needed is parsed; a large body is not held while it generates
         parser = self._answer_parser(req)
-        if req.params.grammar is not None and parser.reasoning and parser.reasoning.thinking:
+        thinking = parser.reasoning and parser.reasoning.thinking
+        if req.params.grammar is not None and thinking and not req.params.grammar_after:
             # The template opened a thinking block: the grammar is the answer's, after it.
             req.params.grammar_after = list(state.engine.tokenizer.think_end_tokens)
         stream = self._queue(req)

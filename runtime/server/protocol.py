@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlx_paged.engine.chat_prompt import chat_messages, render_chat
-from mlx_paged.engine.tool_prompt import forced_call
+from mlx_paged.engine.tool_prompt import forced_call, strict_calls
 from mlx_paged.sampling.sampling_params import SamplingParams
 from mlx_paged.server.request_fields import err as _err
 from mlx_paged.server.request_fields import sampling_params as _sampling_params
@@ -82,14 +82,15 @@ def _response_format(body: dict, tokenizer) -> str | None:
     return grammar
 
 
-def _tool_choice(body: dict, tools, tokenizer) -> tuple[list | None, str | None]:
-    """The tools to offer and the grammar of a forced call (`required` or a named function),
-    from `tool_choice`."""
+def _tool_choice(body: dict, tools, tokenizer) -> tuple[list | None, str | None, list[int]]:
+    """The tools to offer, the grammar of a forced call (`required` or a named function) or
+    of a strict tool's call under `auto`, and the token ids after which that one starts."""
     choice = body.get("tool_choice")
     if choice is None or choice == "auto":
-        return tools, None
+        grammar, after = strict_calls(tokenizer, tools, "tools") or (None, [])
+        return tools, grammar, after
     if choice == "none":
-        return None, None  # not offered, so not called
+        return None, None, []  # not offered, so not called
     function = choice.get("function") if isinstance(choice, dict) else None
     if choice == "required":
         name = None
@@ -98,20 +99,20 @@ def _tool_choice(body: dict, tools, tokenizer) -> tuple[list | None, str | None]
     else:
         raise _err("tool_choice must be 'auto', 'none', 'required' or "
                    "{'type': 'function', 'function': {'name': ...}}", "tool_choice")  # fmt: skip
-    return tools, forced_call(tokenizer, tools, name, "tool_choice")
+    return tools, forced_call(tokenizer, tools, name, "tool_choice"), []
 
 
 def parse_chat(body: dict, tokenizer, defaults: dict) -> ParsedRequest:
     """Validate a `/v1/chat/completions` body and render its prompt with the chat template."""
     _check_unsupported(body)
     messages = chat_messages(body.get("messages"))
-    tools, forced = _tool_choice(body, body.get("tools"), tokenizer)
+    tools, forced, after = _tool_choice(body, body.get("tools"), tokenizer)
     params, explicit = _sampling_params(body, defaults, chat=True)
     params.grammar = _response_format(body, tokenizer)
     if forced is not None and params.grammar is not None:
-        raise _err("response_format and a forced tool call cannot both shape one answer",
-                   "tool_choice")  # fmt: skip
-    params.grammar = forced or params.grammar
+        raise _err("response_format and a forced or strict tool call cannot both shape one "
+                   "answer", "tool_choice")  # fmt: skip
+    params.grammar, params.grammar_after = forced or params.grammar, after
     stream, include_usage = _stream_flags(body)
     ids = render_chat(tokenizer, messages, tools, body.get("chat_template_kwargs"))
     return ParsedRequest(

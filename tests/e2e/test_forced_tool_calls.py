@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import pytest
 
 CITY = {
     "type": "object",
@@ -87,3 +88,19 @@ def test_anthropic_any_and_named_strict_tools(server):
         message = stream.get_final_message()
     assert message.stop_reason == "tool_use" and message.content[0].name == "get_time"
     jsonschema.validate(message.content[0].input, ZONE)
+
+
+def test_strict_tools_under_auto_need_a_one_token_call_marker(server, client):
+    """SmolLM2's calls open with `<tool_call>` spelled in several tokens, which no grammar can
+    wait for: a strict tool under `auto` is a 400 that says to force the call (and then it
+    validates, as above)."""
+    from anthropic import Anthropic, BadRequestError
+    from openai import BadRequestError as OpenAIBadRequest
+
+    strict = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "strict": True}}, TOOLS[1]]
+    with pytest.raises(OpenAIBadRequest, match="force the call or drop 'strict'"):
+        client.chat.completions.create(model="default", messages=ASK, max_tokens=8, tools=strict)
+    claude = Anthropic(base_url=server.url, api_key="unused", max_retries=0, timeout=120)
+    tool = {"name": "get_weather", "input_schema": CITY, "strict": True}
+    with pytest.raises(BadRequestError, match="force the call or drop 'strict'"):
+        claude.messages.create(model="default", max_tokens=8, messages=ASK, tools=[tool])

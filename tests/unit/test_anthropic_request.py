@@ -72,7 +72,6 @@ def test_thinking_reaches_the_template(thinking, enabled):
         (turn("user", {"type": "tool_use"}), "not supported in user turns"),
         (turn("assistant", {"type": "tool_result"}), "in assistant turns"),
         (turn("assistant", {"type": "tool_use", "id": 1}), "string id"),
-        ({"tools": [{"name": "t", "input_schema": SCHEMA, "strict": True}]}, "is forced"),
         ({"tools": [{"name": "t"}]}, "input_schema"),
         ({"tool_choice": {"type": "tool"}}, "needs the tool's name"),
         ({"tool_choice": "auto"}, "tool_choice must be an object"),

@@ -10,8 +10,10 @@ import pytest
 
 from mlx_paged.engine.tool_prompt import (
     INSTRUCTIONS,
+    TOOL_CALL_START,
     forced_call_grammar,
     parse_tool_call,
+    strict_calls,
     with_tool_prompt,
 )
 from mlx_paged.errors import InvalidRequestError
@@ -77,3 +79,32 @@ def test_forced_calls_that_cannot_be_made_are_400s(tools, name, says):
     with pytest.raises(InvalidRequestError, match=says) as info:
         forced_call_grammar(tools, name, "tool_choice")
     assert info.value.status == 400
+
+
+def _strict(tools):
+    return [{"type": "function", "function": {**t["function"], "strict": True}}
+            if t["function"]["name"] == "weather" else t for t in tools]  # fmt: skip
+
+
+def test_strict_tools_under_auto_constrain_the_call_after_a_one_token_marker(tiny_model_dir):
+    """The grammar starts after the opening marker's token: only the strict tool's arguments
+    must validate, the answer ends with the call."""
+    from mlx_lm.tokenizer_utils import load as load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model_dir("llama"))
+    assert strict_calls(tokenizer, TOOLS, "tools") is None  # no strict tool: free
+    with pytest.raises(InvalidRequestError, match="force the call or drop 'strict'"):
+        strict_calls(tokenizer, _strict(TOOLS), "tools")  # the marker is several tokens here
+    tokenizer._tokenizer.add_special_tokens({"additional_special_tokens": [TOOL_CALL_START]})
+    grammar, after = strict_calls(tokenizer, _strict(TOOLS), "tools")
+    assert after == tokenizer.encode(TOOL_CALL_START, add_special_tokens=False)
+    ll = ll_tokenizer(tokenizer._tokenizer)
+    ok = ['{"name": "weather", "arguments": {"city": "Oslo"}}</tool_call>',
+          '{"name": "time", "arguments": {"any": 1}}</tool_call>']  # fmt: skip
+    bad = ['{"name": "weather", "arguments": {"town": "Oslo"}}</tool_call>',
+           '{"name": "time", "arguments": {}}</tool_call> and more']  # fmt: skip
+    for text, fits in [(t, True) for t in ok] + [(t, False) for t in bad]:
+        matcher = llguidance.LLMatcher(ll, grammar)
+        ids = tokenizer._tokenizer.encode(text, add_special_tokens=False)
+        consumed = all(matcher.consume_token(t) for t in ids)
+        assert (consumed and matcher.is_accepting()) == fits, text
