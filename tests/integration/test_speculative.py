@@ -35,7 +35,7 @@ def _greedy(llm: LLM, prompts=PROMPTS, limits=LIMITS) -> list[list[int]]:
     return [r.token_ids for r in llm.generate(prompts, params)]
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen3"])
+@pytest.mark.parametrize("model_type", ["llama", "qwen3", "gemma3_text"])
 @pytest.mark.parametrize("compiled", ["off", "on"])
 def test_greedy_output_is_plain_decodings(tiny_model_dir, model_type, compiled):
     folder = tiny_model_dir(model_type)
