@@ -157,17 +157,14 @@ def build_paged_path(
 
     The pool is `num_blocks`, else `kv_budget_bytes`, else 10% of device memory but never more
     than `max_num_tokens` (all sequences at full context) could use. Decode attention runs the
-    generated kernel per `paged_attention` (see `select_decode_kernel`), with RoPE in the kernel
-    per `fused_rope` (see `enable_fused_rope`); `compile_decode` replays decode steps from
-    `mx.compile` traces ("auto": with the generated kernels, whose hosts gain from it). K and V
+    generated kernel per `paged_attention`, with RoPE in it per `fused_rope`; `compile_decode`
+    replays decode steps from `mx.compile` traces ("auto": with the generated kernels). K and V
     pages hold `k_bits`/`v_bits` per value (16: the model's dtype; 8 or 4: quantized in groups
     of `kv_group_size`, see `QuantizedKVPages`). A hybrid model's recurrent state takes
     `state_pool_slots(max_live_requests)` slots of the budget (one per running or prefilling
     request, as many again for prefix-cache snapshots), or what `STATE_BUDGET_SHARE` of it
-    holds, fewer: then admission waits for a slot. `kv_groups`: sliding-window layers get
-    KV cache groups of their own (`kv_groups.py`) where their page shapes allow.
-    `shared_block_bytes`: what another pool (a draft model's) spends on the same tokens out
-    of the same budget, which sizes the blocks here as if they held both.
+    holds, fewer: then admission waits for a slot. `kv_groups`: window layers get groups of
+    their own (`kv_groups.py`). Blocks cost `shared_block_bytes` more (a draft's pool).
     """
     rules, layout = _prepare_model(model, model_type, fused_rope)
     if layout.values_differ and min(k_bits, v_bits) < 16:
