@@ -175,10 +175,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         help="fewest warm-up requests before each level (default 4; else its concurrency)",
     )
     _add_serve_extras(p)
-    p.add_argument("--timeout", type=float, default=600, help="seconds per request")
-    p.add_argument("--start-timeout", type=float, default=600, help="seconds to start a server")
-    p.add_argument("--logs", default=None, help="folder for the servers' logs (default: temp)")
-    p.add_argument("--seed", type=int, default=0, help="seed of prompts and arrival times")
+    _add_server_run(p)
     p.add_argument("--out", default="bench/out/serve.json", help="JSON results file (+ .png)")
     p.set_defaults(run=_bench("serve"))
 
@@ -198,10 +195,7 @@ def _add_structured(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt-tokens", type=int, default=128, help="tokens per prompt (about)")
     p.add_argument("--max-tokens", type=int, default=256, help="output tokens per request")
     p.add_argument("--ours-args", default="", help="extra `mlx-paged serve` flags, one string")
-    p.add_argument("--timeout", type=float, default=600, help="seconds per request")
-    p.add_argument("--start-timeout", type=float, default=600, help="seconds to start a server")
-    p.add_argument("--logs", default=None, help="folder for the server's log (default: temp)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the prompts")
+    _add_server_run(p)
     p.add_argument("--out", default="bench/out/structured.json", help="JSON results file")
     p.set_defaults(run=_bench("structured"))
 
@@ -222,6 +216,14 @@ def _add_speculative(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=int, default=3, help="timed rounds per engine (median)")
     p.add_argument("--out", default="bench/out/speculative.json", help="JSON results file")
     p.set_defaults(run=_bench("speculative"))
+
+
+def _add_server_run(p: argparse.ArgumentParser) -> None:
+    """Timeouts, logs and the seed of a benchmark that starts servers."""
+    p.add_argument("--timeout", type=float, default=600, help="seconds per request")
+    p.add_argument("--start-timeout", type=float, default=600, help="seconds to start a server")
+    p.add_argument("--logs", default=None, help="folder for the servers' logs (default: temp)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the prompts (and arrivals)")
 
 
 def _add_serve_extras(p: argparse.ArgumentParser) -> None:
