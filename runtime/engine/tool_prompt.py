@@ -109,7 +109,9 @@ def strict_calls(tokenizer, tools: list | None, param: str) -> tuple[str, list[i
     that follows the opening marker, and the marker's token id, after which it starts (the
     text before is free; the answer ends with the call). None without strict tools; a 400
     naming `param` where calls take another format or the marker is not one token."""
-    strict = [t for t in tools or () if isinstance(t, dict)
+    if not isinstance(tools, list):  # no tools, or bad ones that rendering refuses with a 400
+        return None
+    strict = [t for t in tools if isinstance(t, dict)
               and isinstance(t.get("function"), dict) and t["function"].get("strict")]  # fmt: skip
     if not strict:
         return None

@@ -93,6 +93,7 @@ def test_strict_tools_under_auto_constrain_the_call_after_a_one_token_marker(tin
 
     tokenizer = load_tokenizer(tiny_model_dir("llama"))
     assert strict_calls(tokenizer, TOOLS, "tools") is None  # no strict tool: free
+    assert strict_calls(tokenizer, 1, "tools") is None  # refused when the prompt renders
     with pytest.raises(InvalidRequestError, match="force the call or drop 'strict'"):
         strict_calls(tokenizer, _strict(TOOLS), "tools")  # the marker is several tokens here
     tokenizer._tokenizer.add_special_tokens({"additional_special_tokens": [TOOL_CALL_START]})
