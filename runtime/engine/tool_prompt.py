@@ -78,12 +78,15 @@ def forced_call_grammar(
     chosen = [functions[name]] if name is not None else list(functions.values())
     if not chosen:
         raise InvalidRequestError(f"{param}: a forced tool call needs tools", param=param)
+
+    def arguments(f: dict) -> dict:  # a non-strict tool's, with `strict_only`: any object
+        constrained = f.get("strict") or not strict_only
+        return (f.get("parameters") if constrained else None) or {"type": "object"}
+
     calls = [
         {
             "type": "object",
-            "properties": {"name": {"const": f["name"]},
-                           "arguments": (f.get("parameters") if f.get("strict") or not strict_only
-                                         else None) or {"type": "object"}},
+            "properties": {"name": {"const": f["name"]}, "arguments": arguments(f)},
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }

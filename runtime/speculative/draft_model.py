@@ -46,8 +46,7 @@ class DraftModelProposer:
             if limit < 1:
                 continue
             row = self._rows.setdefault(request.request_id, _DraftRow(request.request_id))
-            sequence = request.prompt_token_ids + request.output_token_ids + tail
-            chunk = sequence[row.num_computed_tokens :]
+            chunk = _unseen(request, row.num_computed_tokens) + tail
             room = len(chunk) + self.num_draft_tokens - 1  # the chunk, the drafts fed back
             if not chunk or self.kv.allocate_slots(row, room) is None:
                 continue
@@ -100,3 +99,10 @@ class DraftModelProposer:
         for row, n in zip(rows, counts):
             row.num_computed_tokens += n
         return picked.tolist()
+
+
+def _unseen(request, known: int) -> list[int]:
+    """The request's prompt and output tokens after its first `known`, without copying the
+    rest of them."""
+    prompt, output = request.prompt_token_ids, request.output_token_ids
+    return prompt[known:] + output[max(0, known - len(prompt)) :]
