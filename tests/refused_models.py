@@ -1,5 +1,5 @@
 """Tiny configs of families the paged path refuses by what they do (`kv/kv_layout.py`'s probe,
-`kv/cache_plan.py`), merged into `tiny_models.EXTRA`: latent attention, layers that attend other
+`kv/cache_plan.py`), merged into `tiny_models.EXTRA`: layers that attend other
 than once to what they cached, forwards that fail on paged caches, no attention layers."""
 
 REFUSED_FAMILIES = {
@@ -56,26 +56,7 @@ REFUSED_FAMILIES = {
         "num_kv_heads": 2,
     },
     "plamo2": {},
-    "deepseek_v3": {},
     "deepseek_v32": {},
-    "glm4_moe_lite": {},
-    "bailing_hybrid": {
-        "moe_intermediate_size": 2,
-        "num_experts": 2,
-        "num_experts_per_tok": 2,
-        "num_shared_experts": 2,
-        "n_group": 2,
-        "topk_group": 2,
-        "first_k_dense_replace": 2,
-        "layer_group_size": 2,
-        "group_norm_size": 2,
-        "routed_scaling_factor": 1.0,
-        "kv_lora_rank": 2,
-        "qk_rope_head_dim": 2,
-        "qk_nope_head_dim": 2,
-        "v_head_dim": 2,
-    },
-    "bailing_moe_v3": {},
     "iquestloopcoder": {},
     "mamba": {
         "state_size": 2,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import mlx.core as mx
+from latent_models import LATENT_FAMILIES, ROPE_LLAMA4
 from refused_models import REFUSED_FAMILIES
 
 CORPUS = [
@@ -25,12 +26,6 @@ BASE_CONFIG = {
     "rope_theta": 10000.0,
     "tie_word_embeddings": True,
     "max_position_embeddings": 512,
-}
-ROPE_LLAMA4 = {
-    "rope_type": "default",
-    "rope_theta": 10000.0,
-    "llama_4_scaling_beta": 0.1,
-    "original_max_position_embeddings": 512,
 }
 # Gated DeltaNet layers (Qwen3-Next, Qwen3.5, OLMo hybrid), tiny.
 GATED_DELTA = {
@@ -205,24 +200,6 @@ EXTRA = {
         "use_qk_norm": True,
         "num_hidden_layers": 4,
     },
-    # Multi-head latent attention: attends to K/V computed from what it caches.
-    "mistral4": {
-        "moe_intermediate_size": 64,
-        "n_shared_experts": 1,
-        "n_routed_experts": 2,
-        "routed_scaling_factor": 1.0,
-        "kv_lora_rank": 32,
-        "q_lora_rank": 32,
-        "norm_topk_prob": True,
-        "topk_group": 1,
-        "num_experts_per_tok": 1,
-        "first_k_dense_replace": 1,
-        "n_group": 1,
-        "qk_rope_head_dim": 8,
-        "qk_nope_head_dim": 16,
-        "v_head_dim": 16,
-        "rope_parameters": ROPE_LLAMA4,
-    },
     # Window layers beside full ones, as layer types (served, with KV cache groups).
     "gear": {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8},
     # A window layer and a full one, each with a short convolution over its keys and values
@@ -237,6 +214,7 @@ EXTRA = {
     },
 }
 EXTRA.update(REFUSED_FAMILIES)
+EXTRA.update(LATENT_FAMILIES)
 # Named config variants, as "model_type@variant".
 VARIANTS = {
     # Gemma 4 like the E2B: the last two layers attend to K/V earlier layers cached.
@@ -253,7 +231,7 @@ VARIANTS = {
 }
 # Wrappers whose text model is another family, given as "wrapper:inner" (e.g. mistral3 around
 # ministral3); the inner config goes under text_config.
-WRAPPERS = ("mistral3", "llama4", "gemma4", "gemma3n")
+WRAPPERS = ("mistral3", "llama4", "gemma4", "gemma3n", "kimi_k25")
 
 
 THINKING_TEMPLATE = (

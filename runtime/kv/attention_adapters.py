@@ -111,14 +111,19 @@ class ScoreRules:
 
 
 def adapt_attention(model) -> ScoreRules:
-    """Swap the model's modules listed in `ADAPTERS` for their paged stand-ins; returns the
-    score rules the adapted modules hand attention."""
+    """Swap the model's modules listed in `ADAPTERS` (and its MLA modules) for their paged
+    stand-ins; returns the score rules the adapted modules hand attention."""
+    from mlx_paged.kv.latent_adapters import LATENT_ADAPTERS
+
     rules = set()
     for _, module in model.named_modules():
         adapter = ADAPTERS.get(type(module))
         if adapter is not None:
             module.__class__ = adapter[0]
             rules.add(adapter[1])
+        elif type(module) in LATENT_ADAPTERS:  # MLA: latent pages (`latent_adapters.py`)
+            module.__class__ = LATENT_ADAPTERS[type(module)]
+            module.prepare_pages()
     return ScoreRules(softcap="softcap" in rules, chunked="chunked" in rules)
 
 

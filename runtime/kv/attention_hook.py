@@ -36,12 +36,8 @@ _active_pool = None
 UNSUPPORTED_MODEL_TYPES = {
     "olmo",
     "phi3small",
-    "kimi_k25",
     "kimi_vl",
-    "glm_moe_dsa",
     "kimi_k3",
-    "kimi_linear",
-    "longcat_flash",
     "longcat_flash_ngram",
     "minimax_m3_vl",
 }
@@ -220,8 +216,20 @@ def install_attention_hook() -> int:
     return patched
 
 
+# Families refused for a reason of their own, said in full.
+REFUSED_BECAUSE = {
+    model_type: "DeepSeek Sparse Attention picks each query's keys with an indexer whose keys "
+    "the paged KV path does not keep on pages yet"
+    for model_type in ("deepseek_v32", "glm_moe_dsa")
+}
+
+
 def check_model_supported(model_type: str) -> None:
     """Raise a clear error for model families the paged path would get wrong."""
+    if model_type in REFUSED_BECAUSE:
+        raise ValueError(
+            f"model type {model_type!r}: {REFUSED_BECAUSE[model_type]}; use --kv-paged off"
+        )
     if model_type in UNSUPPORTED_MODEL_TYPES:
         raise ValueError(
             f"model type {model_type!r} does not run its attention through mlx-lm's "

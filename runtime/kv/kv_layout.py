@@ -29,15 +29,17 @@ class _ProbeCache:
     def __init__(self, windows: set):
         self.windows = windows
         self.fetched: list[tuple[mx.array, mx.array]] = []
-        self.attended: list[tuple] = []  # (queries shape, dtype, exact K/V, mask is an array)
+        # (query heads, dtype, exact K/V, mask is an array, latent attention)
+        self.attended: list[tuple] = []
 
     def update_and_fetch(self, keys, values):
         self.fetched.append((keys, values))
         return keys, values
 
-    def observe_attention(self, queries, keys, values, mask) -> None:
+    def observe_attention(self, queries, keys, values, mask, latent: bool = False) -> None:
         exact = bool(self.fetched) and keys is self.fetched[-1][0] and values is self.fetched[-1][1]
-        self.attended.append((queries.shape[1], queries.dtype, exact, isinstance(mask, mx.array)))
+        masked = isinstance(mask, mx.array)
+        self.attended.append((queries.shape[1], queries.dtype, exact, masked, latent))
 
     def make_mask(self, N, return_array=False, window_size=None):
         self.windows.add(window_size)
@@ -63,6 +65,9 @@ class KVLayout:
     # are then layer 0's).
     layer_shapes: tuple = ()
     value_head_dim: int | None = None  # None: `head_dim`
+    # Every attention layer is multi-head latent attention (`latent_attention.py`): K pages
+    # hold the latent rows (one "head" of the latent size), V pages the RoPE keys.
+    latent: bool = False
 
     @property
     def shapes(self) -> tuple:
@@ -131,7 +136,7 @@ def _check_attention_layer(i: int, cache: _ProbeCache) -> None:
             f"{len(cache.attended)} times per forward (the paged path needs "
             f"once each): {_OFF}"
         )
-    _, _, exact, mask_array = cache.attended[0]
+    _, _, exact, mask_array, _ = cache.attended[0]
     if not exact:
         raise ValueError(
             f"attention layer {i} attends to K/V other than the ones it cached (computed "
@@ -167,6 +172,9 @@ def probe_kv_layout(model) -> KVLayout:
     if len(set(layer_shapes)) == 1:
         layer_shapes = ()
     state = tuple(tuple((a.shape[1:], a.dtype) for a in s.cache) for s in states)
+    latent = {c.attended[0][4] for c in caches}
+    if len(latent) > 1:
+        raise ValueError(f"this model mixes latent and per-head attention layers: {_OFF}")
     return KVLayout(
         len(seen),
         heads,
@@ -179,4 +187,5 @@ def probe_kv_layout(model) -> KVLayout:
         state,
         layer_shapes,
         v_dim,
+        latent.pop(),
     )

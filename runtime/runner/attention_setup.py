@@ -45,6 +45,8 @@ def select_decode_kernel(
                 f"MLX runs on {mx.default_device()}, and the paged "
                 f"decode kernels need a Metal or CUDA GPU"
             )
+        if layout.latent:
+            raise UnsupportedSpecError("latent attention (MLA) has no routed decode kernel")
         for shape in layout.by_shape():  # layers of another K/V shape need their own kernels
             _check_kernel_shape(backend, shape, block_size, bits, rules)
     except UnsupportedSpecError as exc:

@@ -1,7 +1,8 @@
-"""Which models the paged path serves is decided by running them: latent attention is refused at
-load with the way out; a wrapper around a supported text model runs exactly as the contiguous
-path does. Served elsewhere (`test_hybrid_models.py`): hybrids (recurrent or convolution state),
-gemma2 and llama4, whose attention adapters hand paged attention a score cap or chunks."""
+"""Which models the paged path serves is decided by running them: what cannot run on pages is
+refused at load with the way out; a wrapper around a supported text model runs exactly as the
+contiguous path does. Served elsewhere: hybrids (recurrent or convolution state), gemma2 and
+llama4, whose attention adapters hand paged attention a score cap or chunks
+(`test_hybrid_models.py`); latent attention (`test_latent_models.py`)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,12 @@ import pytest
 
 from mlx_paged import LLM, SamplingParams
 
-_LATENT = "attention layer 0 attends to K/V other than the ones it cached"
 REFUSED = {
-    "mistral3:mistral4": _LATENT,
-    "mistral4": _LATENT,
-    "deepseek_v3": _LATENT,
-    "glm4_moe_lite": _LATENT,
-    "bailing_hybrid": _LATENT,
-    "bailing_moe_v3": _LATENT,
     "plamo2": "attention layer 0 cached K/V 1 times and attended through mlx-lm's "
     "scaled_dot_product_attention 0 times",
     "iquestloopcoder": "attention layer 2 cached K/V 1 times and attended through mlx-lm's "
     "scaled_dot_product_attention 2 times",
-    "deepseek_v32": "this model's forward fails with paged K/V caches",
+    "deepseek_v32": "DeepSeek Sparse Attention picks each query's keys with an indexer",
     "afm7": "this model's forward fails with paged K/V caches",
     "gemma3n:gemma3n_text": "this model's forward fails with paged K/V caches",
     "deepseek_v41": "layer 0 keeps a LayerCache, a cache the paged KV path has no pages",
@@ -64,12 +58,6 @@ def test_a_chunked_cache_without_its_adapter_is_refused_naming_the_layer(tiny_mo
     model, _ = load(str(tiny_model_dir("llama4:llama4_text")))
     with pytest.raises(ValueError, match="layer 0 keeps a ChunkedKVCache"):
         plan_caches(model)
-
-
-def test_latent_attention_is_refused_by_its_behaviour_not_by_a_list(tiny_model_dir):
-    from mlx_paged.kv.attention_hook import UNSUPPORTED_MODEL_TYPES
-
-    assert "mistral3" not in UNSUPPORTED_MODEL_TYPES  # only the probe refuses mistral3:mistral4
 
 
 def test_mistral3_around_ministral3_is_served_exactly(tiny_model_dir):

@@ -1,0 +1,91 @@
+"""Multi-head latent attention (MLA) on latent pages: each token keeps one latent row and one RoPE
+key row a layer, for every family mlx-lm runs MLA in, those it runs expanded (deepseek_v2,
+minicpm3, youtu_llm) included. Greedy tokens equal mlx-lm's own single-sequence generation cold,
+from the prefix cache, and in a pool small enough to preempt."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+from latent_models import LATENT
+from mlx_lm import load
+from mlx_lm.generate import generate_step
+
+from mlx_paged import LLM, SamplingParams
+
+FAMILIES = [
+    "deepseek_v3",
+    "kimi_k25:deepseek_v3",
+    "glm4_moe_lite",
+    "mistral4",
+    "mistral3:mistral4",
+    "longcat_flash",
+    "kimi_linear",
+    "bailing_hybrid",
+    "bailing_moe_v3",
+    "deepseek_v2",
+    "minicpm3",
+    "youtu_llm",
+]
+PROMPTS = [list(range(5, 24)), [11, 12, 13], list(range(30, 70))]
+MAX_TOKENS = 10
+
+
+def mlx_lm_tokens(path: str, prompts=PROMPTS, max_tokens=MAX_TOKENS) -> list[list[int]]:
+    """Each prompt alone through mlx-lm's `generate_step`, greedy."""
+    model, _ = load(path)
+    return [
+        [int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(max_tokens))]
+        for p in prompts
+    ]
+
+
+@pytest.mark.parametrize("model_type", FAMILIES)
+def test_latent_tokens_equal_mlx_lm_cold_cached_and_preempted(tiny_model_dir, model_type):
+    path = str(tiny_model_dir(model_type))
+    expected = mlx_lm_tokens(path)
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+
+    llm = LLM(path, num_blocks=64, block_size=4)
+    assert [r.token_ids for r in llm.generate(PROMPTS, params)] == expected
+    again = llm.generate(PROMPTS, params)
+    assert [r.token_ids for r in again] == expected
+    assert [r.num_cached_tokens for r in again] == [16, 0, 36]
+    calls = llm.engine.runner.pool.attention_calls
+    assert calls["latent_reference", "decode"] and calls["latent_rows", "prefill"]
+    assert {path for path, _ in calls} <= {"latent_reference", "latent_rows", "latent_causal"}
+
+    small = LLM(path, num_blocks=18, block_size=4)
+    assert [r.token_ids for r in small.generate(PROMPTS, params)] == expected
+    assert small.engine.metrics.preemptions_total > 0
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "deepseek_v2"])
+def test_pages_hold_one_latent_row_and_one_rope_key_row_a_token(tiny_model_dir, model_type):
+    llm = LLM(str(tiny_model_dir(model_type)), num_blocks=16, block_size=4)
+    pool = llm.engine.runner.pool
+    rank, rope = LATENT["kv_lora_rank"], LATENT["qk_rope_head_dim"]
+    assert {p.k.shape for p in pool.pages} == {(16, 4, 1, rank)}
+    assert {p.v.shape for p in pool.pages} == {(16, 4, 1, rope)}
+    # deepseek_v2's own cache keeps 4 heads of 16 + 8 (K) and 16 (V): 160 values a token.
+    token_bytes = pool.nbytes // (16 * 4)
+    assert token_bytes == len(pool.pages) * (rank + rope) * pool.dtype.size
+
+
+def test_chunked_prefill_rides_with_decode_rows_exactly(tiny_model_dir):
+    """A long prompt prefilled in chunks beside running decode rows (the mixed forward)."""
+    path = str(tiny_model_dir("deepseek_v3"))
+    prompts = [list(range(5, 12)), list(range(20, 90))]
+    expected = mlx_lm_tokens(path, prompts, 16)
+    llm = LLM(path, num_blocks=64, block_size=4, max_num_seqs=4, max_num_batched_tokens=9,
+              prefill_step_size=16)  # fmt: skip
+    got = llm.generate(prompts, SamplingParams(max_tokens=16, ignore_eos=True))
+    assert [r.token_ids for r in got] == expected
+
+
+def test_latent_pages_refuse_what_they_do_not_take(tiny_model_dir):
+    path = str(tiny_model_dir("deepseek_v3"))
+    with pytest.raises(ValueError, match="fused RoPE needs one K/V shape"):
+        LLM(path, num_blocks=16, fused_rope="on")
+    with pytest.raises(ValueError, match="--kv-paged off"):
+        LLM(str(tiny_model_dir("deepseek_v32")), num_blocks=16)
