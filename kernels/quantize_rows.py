@@ -104,11 +104,13 @@ def build(spec: QuantizeRowsSpec):
 
 def quantize_rows(pages: QuantizedKVPages, keys: mx.array, values: mx.array) -> mx.array:
     """`(N, heads, head_dim)` keys and values as `(N, heads, row_words)` rows of `pages`'
-    layout: the kernel on a GPU, `pack_rows` (MLX ops) on the CPU."""
+    layout: the kernel on a GPU, `pack_rows` (MLX ops) on the CPU and for latent pages."""
     from mlx_paged.kernels.paged_attention import current_backend
 
     backend = current_backend()
-    if backend is None:
+    # The kernel writes K and V of one size; latent pages' rows (latent, RoPE keys) take
+    # MLX's own quantize.
+    if backend is None or pages.value_dim:
         return pack_rows(pages, keys, values)
     spec = QuantizeRowsSpec(backend, pages.dtype_name, pages.head_dim, pages.k_bits,
                             pages.v_bits, pages.group_size)  # fmt: skip

@@ -41,24 +41,28 @@ class RowLayout(NamedTuple):
         return (self.k_scales, self.k_biases) if side == "k" else (self.v_scales, self.v_biases)
 
 
-def row_layout(head_dim: int, itemsize: int, k_bits: int, v_bits: int, group: int) -> RowLayout:
-    """Where K's and V's values, scales and biases sit in a row (see the module docstring)."""
+def row_layout(
+    head_dim: int, itemsize: int, k_bits: int, v_bits: int, group: int, value_dim: int = 0
+) -> RowLayout:
+    """Where K's and V's values, scales and biases sit in a row (see the module docstring);
+    `value_dim`: V's size where it is not K's (latent pages: the RoPE key part)."""
+    dims = (head_dim, value_dim or head_dim)
 
-    def values_bytes(bits: int) -> int:
-        return head_dim * itemsize if bits == 16 else head_dim * bits // 8
+    def values_bytes(bits: int, dim: int) -> int:
+        return dim * itemsize if bits == 16 else dim * bits // 8
 
-    offset = values_bytes(k_bits) + values_bytes(v_bits)
+    offset = values_bytes(k_bits, dims[0]) + values_bytes(v_bits, dims[1])
     scale_offsets = []
-    for bits in (k_bits, v_bits):
+    for bits, dim in zip((k_bits, v_bits), dims):
         if bits == 16:
             scale_offsets += [None, None]
             continue
-        part = head_dim // group * itemsize
+        part = dim // group * itemsize
         scale_offsets += [offset, offset + part]
         offset += 2 * part
     align = 16 if 16 in (k_bits, v_bits) else 8
     row = -(-offset // align) * align
-    return RowLayout(0, values_bytes(k_bits), *scale_offsets, offset, row)
+    return RowLayout(0, values_bytes(k_bits, dims[0]), *scale_offsets, offset, row)
 
 
 class QuantizedKVPages(NamedTuple):
@@ -72,23 +76,26 @@ class QuantizedKVPages(NamedTuple):
     v_bits: int
     group_size: int
     dtype_name: str  # the model's dtype, which scales, biases and 16-bit sides are in
+    value_dim: int = 0  # V's size where it is not `head_dim` (latent pages), else 0
 
     @classmethod
     def zeros(cls, shape: tuple[int, ...], dtype: mx.Dtype, k_bits: int, v_bits: int,
-              group_size: int) -> QuantizedKVPages:  # fmt: skip
-        """Pages of `shape` (`(…, head_dim)`, as plain pages would have it) that hold zeros."""
+              group_size: int, value_dim: int = 0) -> QuantizedKVPages:  # fmt: skip
+        """Pages of `shape` (`(…, head_dim)`, as plain K pages would have it) that hold zeros;
+        `value_dim`: V's size where it is not K's."""
         if min(k_bits, v_bits) == 16:
             raise ValueError("quantized pages need K or V below 16 bits; use plain pages")
         *lead, dim = shape
-        layout = row_layout(dim, dtype.size, k_bits, v_bits, group_size)
+        value_dim = 0 if value_dim == dim else value_dim
+        layout = row_layout(dim, dtype.size, k_bits, v_bits, group_size, value_dim)
         rows = mx.zeros((*lead, layout.row_bytes // 4), dtype=mx.uint32)
-        return cls(rows, dim, k_bits, v_bits, group_size, _dtype_name(dtype))
+        return cls(rows, dim, k_bits, v_bits, group_size, _dtype_name(dtype), value_dim)
 
     @classmethod
     def from_values(cls, keys: mx.array, values: mx.array, k_bits: int, v_bits: int,
                     group_size: int) -> QuantizedKVPages:  # fmt: skip
-        """Pages holding `keys` and `values` (plain pages of one shape), quantized."""
-        pages = cls.zeros(keys.shape, keys.dtype, k_bits, v_bits, group_size)
+        """Pages holding `keys` and `values` (plain pages), quantized."""
+        pages = cls.zeros(keys.shape, keys.dtype, k_bits, v_bits, group_size, values.shape[-1])
         return pages._replace(rows=pack_rows(pages, keys, values))
 
     @property
@@ -98,12 +105,16 @@ class QuantizedKVPages(NamedTuple):
     @property
     def layout(self) -> RowLayout:
         return row_layout(self.head_dim, self.dtype.size, self.k_bits, self.v_bits,
-                          self.group_size)  # fmt: skip
+                          self.group_size, self.value_dim)  # fmt: skip
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """The shape of one side's values, as plain pages would have it."""
+        """The shape of K's values, as plain pages would have it."""
         return (*self.rows.shape[:-1], self.head_dim)
+
+    def side_dim(self, side: str) -> int:
+        """The size of one side's values ("k" or "v")."""
+        return (self.value_dim or self.head_dim) if side == "v" else self.head_dim
 
     @property
     def nbytes(self) -> int:
@@ -151,14 +162,15 @@ class QuantizedPages(NamedTuple):
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.kv.shape
+        return (*self.kv.rows.shape[:-1], self.kv.side_dim(self.side))
 
     def gather(self, block_ids: mx.array) -> QuantizedPages:
         return QuantizedPages(self.kv.gather(block_ids), self.side)
 
     def dequantize(self) -> mx.array:
         """The side's values, in the model's dtype."""
-        rows, layout, dim, dtype = self.kv.rows, self.kv.layout, self.kv.head_dim, self.dtype
+        rows, layout, dtype = self.kv.rows, self.kv.layout, self.dtype
+        dim = self.kv.side_dim(self.side)
         start = (layout.k_values if self.side == "k" else layout.v_values) // 4
         if self.bits == 16:
             return rows[..., start : start + dim * dtype.size // 4].view(dtype)
@@ -198,13 +210,12 @@ def _dtype_name(dtype: mx.Dtype) -> str:
 def layer_bytes_per_token(heads: int, head_dim: int, dtype: mx.Dtype, k_bits: int, v_bits: int,
                        group: int, value_dim: int | None = None) -> int:  # fmt: skip
     """Bytes one token takes in one layer's pages, K and V together; `value_dim`: V's head size
-    where it is not K's (16-bit pages only: a quantized row holds one head size)."""
+    where it is not K's."""
     value_dim = value_dim or head_dim
     if k_bits == v_bits == 16:
         return heads * (head_dim + value_dim) * dtype.size
-    if value_dim != head_dim:
-        raise ValueError("quantized pages keep K and V of one head size")
-    return heads * row_layout(head_dim, dtype.size, k_bits, v_bits, group).row_bytes
+    extra = 0 if value_dim == head_dim else value_dim
+    return heads * row_layout(head_dim, dtype.size, k_bits, v_bits, group, extra).row_bytes
 
 
 def check_kv_quantization(k_bits: int, v_bits: int, group_size: int, head_dim: int) -> None:

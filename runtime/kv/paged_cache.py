@@ -164,7 +164,7 @@ class PagedKVPool:
         def layer_pages(shape, value_dim):
             if self.quantized:
                 return QuantizedKVPages.zeros(shape, self.dtype, self.k_bits, self.v_bits,
-                                              self.group_size)  # fmt: skip
+                                              self.group_size, value_dim)  # fmt: skip
             values = (*shape[:3], value_dim)
             return KVPages(mx.zeros(shape, dtype=self.dtype), mx.zeros(values, dtype=self.dtype))
 

@@ -167,13 +167,14 @@ def build_paged_path(
     their own (`kv_groups.py`). Blocks cost `shared_block_bytes` more (a draft's pool).
     """
     rules, layout = _prepare_model(model, model_type, fused_rope)
-    if layout.values_differ and min(k_bits, v_bits) < 16:
+    # Latent pages quantize their two sides apart; the kernels of per-head pages take one size.
+    if layout.values_differ and not layout.latent and min(k_bits, v_bits) < 16:
         raise ValueError(
             "quantized pages keep K and V of one head size, and this model's V heads differ "
             "from its K heads: use --kv-bits 16"
         )
-    for head_dim in {dim for _, dim, _, _ in layout.shapes}:
-        check_kv_quantization(k_bits, v_bits, kv_group_size, head_dim)  # fmt: skip
+    for head_dim in {dim for _, k, _, v in layout.shapes for dim in (k, v)}:
+        check_kv_quantization(k_bits, v_bits, kv_group_size, head_dim)
     groups = _kv_groups(layout, kv_groups, min(k_bits, v_bits) < 16)
     block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size, groups)
     wanted = state_pool_slots(max_live_requests) if layout.state else 0

@@ -89,3 +89,26 @@ def test_latent_pages_refuse_what_they_do_not_take(tiny_model_dir):
         LLM(path, num_blocks=16, fused_rope="on")
     with pytest.raises(ValueError, match="--kv-paged off"):
         LLM(str(tiny_model_dir("deepseek_v32")), num_blocks=16)
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantized_latent_pages_pack_both_sides_and_stay_close(tiny_model_dir, tmp_path, bits):
+    """`--kv-bits` quantizes the latent and the RoPE keys each in their own groups of 32: a row
+    of 64 latent and 32 RoPE values holds 96 bytes of them at 8 bits (48 at 4) and 3 fp32
+    scales and biases (24 bytes). At 8 bits the tokens are the unquantized pages' (a tiny
+    random model drifts at 4); what the rows hold: `test_quantized_pages`."""
+    from tiny_models import build_model
+
+    path = str(build_model(tmp_path / "dsv3", "deepseek_v3", kv_lora_rank=64,
+                           qk_rope_head_dim=32))  # fmt: skip
+    params = SamplingParams(max_tokens=8, ignore_eos=True)
+    exact = LLM(path, num_blocks=64, block_size=4).generate(PROMPTS, params)
+    llm = LLM(path, num_blocks=64, block_size=4, kv_bits=bits, kv_group_size=32)
+    pool = llm.engine.runner.pool
+    row_words = {8: 30, 4: 18}[bits]
+    assert {p.rows.shape for p in pool.pages} == {(64, 4, 1, row_words)}
+    got = llm.generate(PROMPTS, params)
+    if bits == 8:
+        assert [r.token_ids for r in got] == [r.token_ids for r in exact]
+    again = llm.generate(PROMPTS, params)
+    assert [r.token_ids for r in again] == [r.token_ids for r in got]

@@ -57,6 +57,26 @@ def test_rows_hold_k_values_v_values_then_scales_and_biases():
     assert not words[..., 196:].any()
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+def test_latent_rows_quantize_the_latent_and_the_rope_keys_each_at_its_own_size(bits):
+    """Latent pages: K is the latent (512), V the RoPE keys (64), one row a token."""
+    pool = PagedKVPool(1, 4, 4, 1, 512, mx.bfloat16, bits, bits, 64, [(1, 512, 64)])
+    latent = mx.random.normal((1, 1, 3, 512), key=mx.random.key(bits)).astype(mx.bfloat16)
+    rope = mx.random.normal((1, 1, 3, 64), key=mx.random.key(9)).astype(mx.bfloat16)
+    pool.write(0, latent, rope, split_slots([4, 5, 6], 4))  # block 1
+    pages = pool.pages[0]
+    # 576 values at `bits`, and 9 groups of 64 with a bf16 scale and bias each; 8-byte rows.
+    assert pages.rows.shape[-1] * 4 == -(-(576 * bits // 8 + 9 * 4) // 8) * 8
+    assert pages.k.shape == (4, 4, 1, 512) and pages.v.shape == (4, 4, 1, 64)
+    for side, x in ((pages.k, latent), (pages.v, rope)):
+        got = gather_pages(side, mx.array([[1]]))[:, :, :3]
+        want = mx.dequantize(*mx.quantize(x, group_size=64, bits=bits), group_size=64,
+                             bits=bits)  # fmt: skip
+        np.testing.assert_array_equal(got.astype(mx.float32), want.astype(mx.float32))
+    row_bytes = pages.rows.shape[-1] * 4
+    assert layer_bytes_per_token(1, 512, mx.bfloat16, bits, bits, 64, 64) == row_bytes
+
+
 def test_bytes_per_token_count_values_scales_biases_and_row_padding():
     assert layer_bytes_per_token(8, 64, mx.bfloat16, 16, 16, 64) == 2 * 8 * 64 * 2
     assert layer_bytes_per_token(8, 64, mx.bfloat16, 8, 8, 64) == 8 * 2 * (64 + 2 * 1 * 2)
@@ -64,8 +84,8 @@ def test_bytes_per_token_count_values_scales_biases_and_row_padding():
     assert layer_bytes_per_token(8, 64, mx.bfloat16, 4, 4, 64) == 8 * 72
     assert layer_bytes_per_token(8, 64, mx.bfloat16, 16, 4, 64) == 8 * 176  # 164, padded
     assert layer_bytes_per_token(8, 192, mx.bfloat16, 16, 16, 64, 128) == 8 * (192 + 128) * 2
-    with pytest.raises(ValueError, match="one head size"):
-        layer_bytes_per_token(8, 192, mx.bfloat16, 8, 8, 64, 128)
+    # Latent rows: a 512 latent and 64 RoPE keys, at 8 bits in groups of 64 (616 bytes).
+    assert layer_bytes_per_token(1, 512, mx.bfloat16, 8, 8, 64, 64) == 616
     pool = PagedKVPool(3, 10, 16, 8, 64, mx.bfloat16, k_bits=8, v_bits=4, group_size=32)
     per_token = 3 * layer_bytes_per_token(8, 64, mx.bfloat16, 8, 4, 32)
     assert per_token == 3 * 8 * (64 + 32 + 4 * 2 * 2)
