@@ -112,13 +112,11 @@ def greedy_agreement(model_path: str | None, prompt: list[int], new: int, group_
 
 
 def main(args) -> int:
-    from mlx_paged.kv.attention_hook import install_attention_hook
-    from mlx_paged.kv.kv_layout import probe_kv_layout
     from mlx_paged.models.loader import load_model
+    from mlx_paged.runner.paged_setup import paged_layout
 
     model, tokenizer, model_id, _ = load_model(args.model, None)
-    install_attention_hook()
-    layout = probe_kv_layout(model)
+    layout = paged_layout(model)
     tokens = corpus(tokenizer, args.tokens)
     print(f"{model_id}: {args.tokens} tokens in chunks of {args.chunk}, groups of "
           f"{args.group_size}", flush=True)  # fmt: skip

@@ -99,7 +99,8 @@ def run_paged(
     from mlx_paged import LLM, SamplingParams
 
     block_bytes = block_size * kv_bytes_per_token(family, kv_bits)
-    exact = family == "llama"  # else the engine sizes its own blocks (state slots, groups)
+    # Else the engine sizes its own blocks (state slots, groups).
+    exact = family in ("llama", "deepseek_v3")
     pool_size = (
         dict(num_blocks=budget // block_bytes + 1) if exact else dict(kv_budget_bytes=budget)
     )

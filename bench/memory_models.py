@@ -3,7 +3,9 @@ bfloat16), a Qwen3.5-like hybrid (3 Gated DeltaNet layers and 1 full-attention l
 same K/V shape, so a token's K/V is half the llama's while each sequence also keeps about 390
 tokens' worth of recurrent state), a Gemma-3-like model (5 sliding-window layers of 128
 tokens to 1 full-attention layer) and a Gemma-4-like one (the same, its full-attention layer of
-another K/V shape). Their weights do not change memory behaviour."""
+another K/V shape), and a DeepSeek-V3-like one with multi-head latent attention (a latent of 128
+and a RoPE key part of 64 a token a layer, no heads). Their weights do not change memory
+behaviour."""
 
 from __future__ import annotations
 
@@ -64,6 +66,19 @@ CONFIGS["gemma4"] = {
     "rms_norm_eps": 1e-6,
     **_ATTENTION,
 }
+# DeepSeek-V3-like: every layer keeps one latent row and one RoPE key row a token (MLA).
+CONFIGS["deepseek_v3"] = {
+    "model_type": "deepseek_v3",
+    "num_hidden_layers": 2,
+    "q_lora_rank": None,
+    "kv_lora_rank": 128,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 64,
+    "v_head_dim": 64,
+    "rms_norm_eps": 1e-6,
+    "rope_scaling": None,
+    **_ATTENTION,
+}
 KV_GROUP_SIZE = 64
 
 
@@ -98,21 +113,25 @@ def build_model(out: Path, family: str = "llama") -> Path:
     return out
 
 
-def attention_layers(family: str) -> list[tuple[int, int, int | None]]:
-    """Per attention layer: KV heads, head size and sliding window (None: full attention)."""
+def attention_layers(family: str) -> list[tuple[int, int, int, int | None]]:
+    """Per attention layer: KV heads, K and V head sizes, and sliding window (None: full
+    attention). An MLA layer is one "head" of the latent (K) and the RoPE key part (V)."""
     config = CONFIGS[family]
     heads, dim, layers = (
         config["num_key_value_heads"],
         config["head_dim"],
         config["num_hidden_layers"],
     )
+    if "kv_lora_rank" in config:
+        return [(1, config["kv_lora_rank"], config["qk_rope_head_dim"], None)] * layers
     if "full_attention_interval" in config:  # the hybrid: the others keep recurrent state
-        return [(heads, dim, None)] * (layers // config["full_attention_interval"])
+        return [(heads, dim, dim, None)] * (layers // config["full_attention_interval"])
     pattern = config.get("sliding_window_pattern")
-    full = (config.get("num_global_key_value_heads") or heads, config.get("global_head_dim", dim))
+    full_dim = config.get("global_head_dim", dim)
+    full = (config.get("num_global_key_value_heads") or heads, full_dim, full_dim)
     return [
         (*full, None) if pattern is None or (i + 1) % pattern == 0
-        else (heads, dim, config["sliding_window"])
+        else (heads, dim, dim, config["sliding_window"])
         for i in range(layers)
     ]  # fmt: skip
 
@@ -128,9 +147,9 @@ def kv_bytes_kept(family: str, num_tokens: int, kv_bits: int = 16) -> int:
     from mlx_paged.kernels.quantized_pages import layer_bytes_per_token as layer_bytes
 
     return sum(
-        layer_bytes(heads, dim, mx.bfloat16, kv_bits, kv_bits, KV_GROUP_SIZE)
+        layer_bytes(heads, k_dim, mx.bfloat16, kv_bits, kv_bits, KV_GROUP_SIZE, v_dim)
         * (num_tokens if window is None else min(num_tokens, window))
-        for heads, dim, window in attention_layers(family)
+        for heads, k_dim, v_dim, window in attention_layers(family)
     )
 
 
@@ -139,10 +158,8 @@ def state_bytes_per_sequence(model_dir: Path) -> int:
     paged path's probe finds them."""
     from mlx_lm import load
 
-    from mlx_paged.kv.attention_hook import install_attention_hook
-    from mlx_paged.kv.kv_layout import probe_kv_layout
     from mlx_paged.kv.state_pool import slot_bytes
+    from mlx_paged.runner.paged_setup import paged_layout
 
     model, _ = load(str(model_dir))
-    install_attention_hook()  # the probe sees attention through the hook
-    return slot_bytes(probe_kv_layout(model).state)
+    return slot_bytes(paged_layout(model).state)

@@ -79,11 +79,12 @@ def _add_memory(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--family",
-        choices=("llama", "qwen3_5", "gemma3", "gemma4"),
+        choices=("llama", "qwen3_5", "gemma3", "gemma4", "deepseek_v3"),
         default="llama",
         help="the random model: a llama, a Qwen3.5-like hybrid (recurrent state per sequence), "
-        "a Gemma-3-like model (sliding windows) or a Gemma-4-like one (sliding windows, its "
-        "full-attention layer of another K/V shape)",
+        "a Gemma-3-like model (sliding windows), a Gemma-4-like one (sliding windows, its "
+        "full-attention layer of another K/V shape) or a DeepSeek-V3-like one (latent "
+        "attention: a latent and a RoPE key row a token)",
     )
     p.add_argument("--out", default="bench/out/memory.json", help="JSON results file")
     p.set_defaults(run=_bench("memory"))

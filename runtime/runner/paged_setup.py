@@ -56,8 +56,15 @@ def paged_block_bytes(
 ) -> int:
     """Bytes a block of `block_size` tokens of `model`'s K/V takes in a pool of one KV cache
     group (a draft model's: `shared_block_bytes` of the target's `build_paged_path`)."""
-    install_attention_hook()  # the probe sees attention through the hook
-    return block_size * kv_bytes_per_token(probe_kv_layout(model), k_bits, v_bits, kv_group_size)
+    return block_size * kv_bytes_per_token(paged_layout(model), k_bits, v_bits, kv_group_size)
+
+
+def paged_layout(model) -> KVLayout:
+    """The model's K/V layout on the paged path: probed through the attention hook, with its
+    attention adapted as pages need (`adapt_attention`)."""
+    install_attention_hook()
+    adapt_attention(model)
+    return probe_kv_layout(model)
 
 
 def _log_pool(
