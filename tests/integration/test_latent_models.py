@@ -81,6 +81,8 @@ def test_chunked_prefill_rides_with_decode_rows_exactly(tiny_model_dir):
               prefill_step_size=16)  # fmt: skip
     got = llm.generate(prompts, SamplingParams(max_tokens=16, ignore_eos=True))
     assert [r.token_ids for r in got] == expected
+    runner = llm.engine.runner
+    assert runner.spec_drafts > 0 if "draft_model" in options else runner.compiled_decode
 
 
 def test_latent_pages_refuse_what_they_do_not_take(tiny_model_dir):
@@ -112,3 +114,17 @@ def test_quantized_latent_pages_pack_both_sides_and_stay_close(tiny_model_dir, t
         assert [r.token_ids for r in got] == [r.token_ids for r in exact]
     again = llm.generate(PROMPTS, params)
     assert [r.token_ids for r in again] == [r.token_ids for r in got]
+
+
+@pytest.mark.parametrize("options", [{"draft_model": "ngram"}, {"compile_decode": "on"}])
+def test_speculative_and_compiled_decode_steps_on_latent_pages_stay_exact(tiny_model_dir,
+                                                                          options):  # fmt: skip
+    """Prompt lookup's verify rows are decode rows of the latent path; so are compiled steps."""
+    path = str(tiny_model_dir("deepseek_v3"))
+    prompts = [list(range(5, 24)) * 2, [11, 12, 13] * 4]
+    expected = mlx_lm_tokens(path, prompts, 16)
+    llm = LLM(path, num_blocks=64, block_size=4, **options)
+    got = llm.generate(prompts, SamplingParams(max_tokens=16, ignore_eos=True))
+    assert [r.token_ids for r in got] == expected
+    runner = llm.engine.runner
+    assert runner.spec_drafts > 0 if "draft_model" in options else runner.compiled_decode
