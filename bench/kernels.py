@@ -25,6 +25,7 @@ from mlx_paged.progress import progress
 
 from .kernel_peers import time_peers
 from .kernel_plot import plot, print_row
+from .latent_kernels import bench_latent_shape
 from .output import write_result
 from .paged_read import paged_read
 from .problems import head_major_view, make_problem
@@ -221,16 +222,22 @@ def main(args) -> int:
     print("device copy bandwidth (TB/s): " + ", ".join(f"{k} {v:.2f}" for k, v in copy.items()))
     floor = launch_floor()
     print("per-call floor (us): " + ", ".join(f"{k} {v:.1f}" for k, v in floor.items()))
+    latent = getattr(args, "latent_dims", None)
+    token_bytes = _DTYPES[args.dtype].size * (
+        sum(latent) if latent else 2 * args.num_kv_heads * args.head_dim
+    )
     shapes = [
         (batch, context)
         for batch in args.batch
         for context in args.context
-        if 2 * batch * context * args.num_kv_heads * args.head_dim * _DTYPES[args.dtype].size
-        <= args.max_kv_gb * 2**30
+        if batch * context * token_bytes <= args.max_kv_gb * 2**30
     ]
     rows = []
     for batch, context in progress(shapes, "timing kernel shapes", unit="shape"):
-        rows.append(bench_shape(batch, context, args, torch_ok))
+        if latent:  # MLA: latent pages, `latent_kernels.py`
+            rows.append(bench_latent_shape(batch, context, args, time_mlx))
+        else:
+            rows.append(bench_shape(batch, context, args, torch_ok))
         print_row(rows[-1], copy["copy_tb_s"])
     out_dir = Path(args.out)
     result = _result(args, rows, copy, floor, torch_ok)
@@ -246,6 +253,10 @@ def _refusal(args) -> str | None:
     if unknown:
         return (f"--skip {', '.join(unknown)}: no such column; this sweep's columns are "
                 f"{', '.join(method_names(args))}")  # fmt: skip
+    if getattr(args, "latent_dims", None) and (
+        getattr(args, "kv_bits", 16) < 16 or args.kernel or args.chained
+    ):
+        return "--latent-dims times the latent kernels on 16-bit pages, unchained"
     if getattr(args, "pipelined", False) and not args.chained:
         return "--pipelined overlaps building and running chained calls; add --chained"
     if current_backend() is None:
@@ -256,11 +267,13 @@ def _refusal(args) -> str | None:
 
 def _result(args, rows: list, copy: dict, floor: dict, torch_ok: bool) -> dict:
     device = mx.device_info().get("device_name", "")
+    shape = f"{args.num_heads}q/{args.num_kv_heads}kv heads, hd{args.head_dim}"
+    if getattr(args, "latent_dims", None):
+        shape = "MLA, {}q heads over latent {} + RoPE {}".format(args.num_heads, *args.latent_dims)
     return {
         "title": (
-            f"paged decode attention, {args.num_heads}q/{args.num_kv_heads}kv heads, "
-            f"hd{args.head_dim}, {args.dtype}{_bits_title(args)}, block {args.block_size}, "
-            f"{device or current_backend()}"
+            f"paged decode attention, {shape}, {args.dtype}{_bits_title(args)}, block "
+            f"{args.block_size}, {device or current_backend()}"
         ),
         "backend": current_backend(),
         "device": device,

@@ -13,9 +13,10 @@ import tempfile
 
 import mlx.core as mx
 
-from . import gated_delta, quantize_rows
+from . import gated_delta, latent_attention, quantize_rows
 from .gated_delta import GatedDeltaSpec
 from .kernel_spec import KernelSpec
+from .latent_attention import LatentSpec
 from .paged_attention_geometry import build, define
 from .quantize_rows import QuantizeRowsSpec
 from .quantized_pages import QuantizedKVPages
@@ -105,16 +106,42 @@ def _gated_delta_step_call(spec: GatedDeltaSpec, dtype, state) -> tuple[int, lis
     return 32 * spec.rows_per_threadgroup, inputs, shapes, [dtype, mx.float32, dtype]
 
 
+def _latent_call(spec: LatentSpec) -> tuple[int, list, list, list]:
+    """(threads, inputs, output shapes, output dtypes) of a latent-attention kernel's call:
+    16 heads over 2 partitions of pages."""
+    dtype, seqs, heads, parts = _DTYPES[spec.dtype], CAPTURE_SEQS, 16, 2
+    seq_lens = mx.full((seqs,), 1000, dtype=mx.int32)
+    if spec.kernel == "reduce":
+        partials = [mx.zeros((seqs, heads, parts, spec.latent_dim))]
+        partials += [mx.zeros((seqs, heads, parts))] * 2
+        return 32, partials + [seq_lens], [(seqs, heads, spec.latent_dim)], [dtype]
+    pages = seqs * CAPTURE_PAGES
+    inputs = [
+        mx.zeros((seqs, heads, 1, spec.latent_dim + spec.rope_dim), dtype),
+        mx.zeros((pages, spec.block_size, 1, spec.latent_dim), dtype),
+        mx.zeros((pages, spec.block_size, 1, spec.rope_dim), dtype),
+        mx.zeros((seqs, CAPTURE_PAGES), mx.int32),
+        seq_lens,
+        mx.ones((1,), mx.float32),
+    ]
+    shapes = [(seqs, heads, parts, spec.latent_dim), (seqs, heads, parts), (seqs, heads, parts)]
+    return latent_attention.THREADS, inputs, shapes, [mx.float32] * 3
+
+
 def capture_metal_source(spec, kernel=None) -> str:
-    """The MSL MLX generates for `spec` (a Metal `KernelSpec`, `QuantizeRowsSpec` or
-    `GatedDeltaSpec`) on its representative call; `kernel` replaces the spec's own kernel
-    object (tests capture deliberately broken bodies this way)."""
+    """The MSL MLX generates for `spec` (a Metal `KernelSpec`, `QuantizeRowsSpec`,
+    `GatedDeltaSpec` or `LatentSpec`) on its representative call; `kernel` replaces the spec's
+    own kernel object (tests capture deliberately broken bodies this way)."""
     if spec.backend != "metal":
         raise ValueError(f"{spec.name}: only Metal sources are captured this way")
     if isinstance(spec, GatedDeltaSpec):
         kernel = kernel if kernel is not None else gated_delta.build(spec)
         threads, inputs, shapes, dtypes = _gated_delta_call(spec)
         grid = (spec.value_dim * 32, CAPTURE_SEQS * spec.value_heads, 1)
+    elif isinstance(spec, LatentSpec):
+        kernel = kernel if kernel is not None else latent_attention.build(spec)
+        threads, inputs, shapes, dtypes = _latent_call(spec)
+        grid = (threads, CAPTURE_SEQS, 1)
     elif isinstance(spec, QuantizeRowsSpec):
         kernel = kernel if kernel is not None else quantize_rows.build(spec)
         threads, inputs = (

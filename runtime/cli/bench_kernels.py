@@ -27,6 +27,15 @@ def add_kernels_bench(sub: argparse._SubParsersAction, run) -> None:
         help="tokens of K/V each sequence attends to",
     )
     p.add_argument("--num-heads", type=int, default=32, help="query heads")
+    p.add_argument(
+        "--latent-dims",
+        type=int,
+        nargs=2,
+        metavar=("LATENT", "ROPE"),
+        default=None,
+        help="time MLA decode over latent pages of these sizes a token (e.g. 512 64, "
+        "DeepSeek-V3's; with --num-heads 128) instead of per-head K/V",
+    )
     p.add_argument("--num-kv-heads", type=int, default=8, help="K/V heads")
     p.add_argument("--head-dim", type=int, default=128, help="dimension of a head")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV page")

@@ -65,15 +65,17 @@ def _render(args: argparse.Namespace) -> int:
     import dataclasses
 
     from mlx_paged.codegen.build import KernelRenderError
-    from mlx_paged.kernels import gated_delta, quantize_rows
+    from mlx_paged.kernels import gated_delta, latent_attention, quantize_rows
     from mlx_paged.kernels.gated_delta import GatedDeltaSpec
     from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
     from mlx_paged.kernels.paged_attention_geometry import define
     from mlx_paged.kernels.quantize_rows import QuantizeRowsSpec
 
     try:
-        # Besides the decode kernels: the quantized pages' write kernel and the recurrence.
-        if args.spec.startswith("quantize_rows_"):
+        # Besides the decode kernels: the quantized pages' write kernel, the recurrence, MLA.
+        if args.spec.startswith("latent_"):
+            spec, make = latent_attention.LatentSpec.parse(args.spec), latent_attention.define
+        elif args.spec.startswith("quantize_rows_"):
             spec, make = QuantizeRowsSpec.parse(args.spec), quantize_rows.define
         elif args.spec.startswith("gated_delta_"):
             spec, make = GatedDeltaSpec.parse(args.spec), gated_delta.define

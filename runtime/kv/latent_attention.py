@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from mlx_paged.kernels.latent_attention import latent_attention_decode
 from mlx_paged.kernels.latent_attention_reference import latent_attention_reference, rope_scores
 from mlx_paged.kernels.paged_attention_reference import gather_kv, paged_attention_mask
 from mlx_paged.kv.paged_cache import PagedLayerCache
@@ -63,13 +64,18 @@ def _expanded(q_nope, q_rope, latent, rope, mask, attn) -> mx.array:
 
 
 def _decode(q_nope, q_rope, cache, meta, attn) -> mx.array:
-    """One query a row, absorbed: the latent queries over the latent pages."""
+    """One query a row, absorbed: the latent queries over the latent pages, on the kernels
+    where the pool has a decode backend."""
     pool = cache.pool
-    pool.attention_calls["latent_reference", "decode"] += 1
-    out = latent_attention_reference(
-        attn.embed_q(q_nope), q_rope, cache.k_pages, cache.v_pages, meta.block_tables,
-        meta.context_lens, meta.query_positions, scale=attn.scale,
-    )  # fmt: skip
+    pages = (cache.k_pages, cache.v_pages, meta.block_tables, meta.context_lens)
+    if pool.decode_backend is not None:
+        pool.attention_calls["latent_kernel", "decode"] += 1
+        out = latent_attention_decode(attn.embed_q(q_nope), q_rope, *pages, scale=attn.scale,
+                                      backend=pool.decode_backend)  # fmt: skip
+    else:
+        pool.attention_calls["latent_reference", "decode"] += 1
+        out = latent_attention_reference(attn.embed_q(q_nope), q_rope, *pages,
+                                         meta.query_positions, scale=attn.scale)  # fmt: skip
     return attn.unembed_out(out)
 
 

@@ -46,7 +46,8 @@ def select_decode_kernel(
                 f"decode kernels need a Metal or CUDA GPU"
             )
         if layout.latent:
-            raise UnsupportedSpecError("latent attention (MLA) has no routed decode kernel")
+            _check_latent_kernel(backend, layout, block_size, bits)
+            return backend
         for shape in layout.by_shape():  # layers of another K/V shape need their own kernels
             _check_kernel_shape(backend, shape, block_size, bits, rules)
     except UnsupportedSpecError as exc:
@@ -77,6 +78,16 @@ def _check_kernel_shape(
                      softcap=rules.softcap)  # fmt: skip
 
 
+def _check_latent_kernel(backend: str, layout: KVLayout, block_size: int, bits) -> None:
+    """Raise `UnsupportedSpecError` unless the latent-attention kernels serve these pages."""
+    from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
+    from mlx_paged.kernels.latent_attention import spec_for
+
+    if min(bits[:2]) < 16:
+        raise UnsupportedSpecError("the latent-attention kernels read 16-bit pages")
+    spec_for(backend, layout.dtype, layout.head_dim, layout.value_head_dim, block_size)
+
+
 def _masks(layout: KVLayout, rules: ScoreRules) -> list[tuple[bool, bool]]:
     """(sliding window, chunked) of each kind of layer: full attention, and windowed or
     chunked layers where the model has them."""
@@ -99,6 +110,8 @@ def warm_up_kernels(
     from mlx_paged.kernels.paged_attention import warm_up
     from mlx_paged.kernels.paged_attention_routing import routed_specs
 
+    if layout.latent:
+        return _warm_up_latent(backend, layout, block_size)
     variants = [
         (shape.head_dim, shape.num_heads // shape.num_kv_heads, w, r, shape.value_dim, c)
         for shape in layout.by_shape()
@@ -124,6 +137,21 @@ def warm_up_kernels(
         warm_up(backend, layout.dtype, dim, block_size, gqa, sliding, progress, rope=with_rope,
                 bits=bits, value_dim=value_dim, chunked=chunked,
                 softcap=rules.softcap)  # fmt: skip
+
+
+def _warm_up_latent(backend: str, layout: KVLayout, block_size: int) -> None:
+    """Compile the latent-attention kernels' two passes, logging each."""
+    import dataclasses
+    import time
+
+    from mlx_paged.kernels.latent_attention import build, spec_for
+
+    first = spec_for(backend, layout.dtype, layout.head_dim, layout.value_head_dim, block_size)
+    for i, spec in enumerate((first, dataclasses.replace(first, kernel="reduce"))):
+        start = time.perf_counter()
+        build(spec)
+        logger.info("compiled kernel %d/2 %s (%.1f s)", i + 1, spec.name,
+                    time.perf_counter() - start)  # fmt: skip
 
 
 def cuda_prefill_shapes(layout: KVLayout) -> PrefillShapes | None:

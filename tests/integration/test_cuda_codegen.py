@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 
 from mlx_paged.codegen.build import KernelDefinition
-from mlx_paged.kernels import gated_delta
+from mlx_paged.kernels import gated_delta, latent_attention
 from mlx_paged.kernels.catalog import (
     all_specs,
     quantized_specs,
@@ -89,6 +89,19 @@ def test_gated_delta_cuda_kernels_compile_without_spilling():
         and "float* state_out" in unit
         and "const __nv_bfloat16* beta," in unit
     )
+
+
+def test_latent_attention_cuda_kernels_compile_without_spilling():
+    """The MLA decode kernels: SIMT and tensor-core pass 1 (16 heads a threadgroup over a
+    staged tile of 16 tokens' latent rows) and the merge."""
+    specs = latent_attention.latent_specs("cuda")
+    assert {s.kernel for s in specs} == {"simt", "mma", "reduce"}
+    for spec in specs:
+        report = check_cuda_source(latent_attention.define(spec))
+        assert report.spill_bytes == 0 and 0 < report.registers <= 255, (spec.name, report)
+    unit = wrap(latent_attention.define(specs[2]))  # tensor cores, bf16
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16" in unit
+    assert "const __nv_bfloat16* latent_pages" in unit and "float* partial_max" in unit
 
 
 def test_signature_is_mlx_shaped():

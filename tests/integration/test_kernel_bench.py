@@ -161,3 +161,20 @@ def test_head_major_pages_hold_quantized_rows_through_the_view():
     ref = paged_attention_reference(problem.q, token_major.k, token_major.v, *args,
                                     scale=problem.scale)  # fmt: skip
     assert mx.array_equal(out, ref)
+
+
+def test_the_latent_sweep_reads_one_latent_and_rope_row_a_token():
+    """`--latent-dims`: the reference over shuffled latent pages; on the CPU no kernel runs."""
+    from mlx_paged.bench.latent_kernels import bench_latent_shape, latent_problem
+    from mlx_paged.bench.timing import time_mlx
+
+    args = _args(latent_dims=[64, 16], num_heads=8, pool_gb=0.0001)
+    problem = latent_problem(3, 40, args)
+    ids = np.array(problem["tables"]).ravel()
+    assert problem["tables"].shape == (3, 3) and len(set(ids.tolist())) == 9 and 0 not in ids
+    row = bench_latent_shape(3, 40, args, time_mlx)
+    assert row["read_bytes"] == 3 * 40 * (64 + 16) * 4
+    assert list(row["us"]) == ["gather_sdpa"] and row["diff_base"] == "gather_sdpa"
+    assert row["tb_s"]["gather_sdpa"] > 0
+    q_latent, q_rope = problem["q"]
+    assert q_latent.shape == (3, 8, 1, 64) and q_rope.shape == (3, 8, 1, 16)

@@ -24,6 +24,7 @@ from mlx_paged.kernels.gated_delta import (
     gated_delta_step_specs,
 )
 from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
+from mlx_paged.kernels.latent_attention import LatentSpec, latent_specs
 from mlx_paged.kernels.metal_capture import capture_metal_source
 from mlx_paged.kernels.paged_attention import paged_attention_decode
 from mlx_paged.kernels.paged_attention_geometry import define
@@ -46,6 +47,9 @@ GOLDEN_SPECS = [
     # gemma2's window layers (soft-capped scores) and llama4's chunked layers.
     KernelSpec.parse("decode_simt_metal_bf16_hd256_bs16_g2_sw_sc"),
     KernelSpec.parse("decode_reduce_metal_bf16_hd128_bs32_g5_p512_ck"),
+    # DeepSeek-V3's latent rows (512 + 64): MLA decode, pass 1 and the merge.
+    LatentSpec.parse("latent_simt_metal_bf16_r512_p64_bs16"),
+    LatentSpec.parse("latent_reduce_metal_bf16_r512_p64_bs16"),
 ]
 
 
@@ -104,6 +108,15 @@ def test_gated_delta_metal_specs_compile():
             "device float* state_out [[buffer(" in source
             and "const constant int64_t* state_strides" in source
         )
+
+
+def test_latent_attention_metal_specs_compile():
+    """MLA decode: the SIMT pass 1 stages each tile of latent rows in threadgroup memory."""
+    for spec in latent_specs("metal"):
+        source = capture_metal_source(spec)
+        check_metal_source(source, spec.name)
+        if spec.kernel != "reduce":
+            assert "latent_pages [[buffer(" in source and "threadgroup T la_kv[" in source
 
 
 def test_captured_source_is_mlx_wrapping_of_our_body():

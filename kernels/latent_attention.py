@@ -1,0 +1,204 @@
+"""Multi-head latent attention (MLA) decode over latent pages, as generated kernels: pass 1
+(`latent_attention.jinja`, SIMT on every backend, the tensor cores on CUDA) and pass 2, the
+partition merge the per-head decode kernels use (`paged_attention_reduce.jinja`). The oracle is
+`latent_attention_reference`."""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+
+from mlx_paged.codegen.build import KernelDefinition, check_definition, compile_kernel
+from mlx_paged.codegen.environment import render, render_macro
+from mlx_paged.kernels.kernel_inputs import constant
+from mlx_paged.kernels.kernel_spec import DTYPE_SHORT, DTYPES, UnsupportedSpecError
+from mlx_paged.kernels.paged_attention_routing import dtype_name
+
+TEMPLATES = Path(__file__).resolve().parent
+PARTITION = 512  # tokens a threadgroup of pass 1 reads
+HEADS_PER_THREADGROUP = 16
+THREADS = 128
+_NAME = re.compile(r"latent_(simt|mma|reduce)_([a-z]+)_([a-z0-9]+)_r(\d+)_p(\d+)_bs(\d+)")
+
+
+@dataclass(frozen=True)
+class LatentSpec:
+    """One MLA decode kernel: `kernel` "simt" or "mma" (pass 1: SIMT math, or CUDA's tensor
+    cores) or "reduce" (pass 2), for latent rows of `latent_dim` and RoPE keys of `rope_dim`
+    in pages of `block_size` tokens, in `dtype`."""
+
+    kernel: str
+    backend: str
+    dtype: str
+    latent_dim: int
+    rope_dim: int
+    block_size: int
+
+    def __post_init__(self):
+        problems = []
+        if self.dtype not in DTYPES:
+            problems.append(f"dtype {self.dtype}")
+        if (self.latent_dim + self.rope_dim) % 8 or self.latent_dim % 8:
+            problems.append(f"latent {self.latent_dim} + RoPE {self.rope_dim} (multiples of 8)")
+        if self.block_size % 16:
+            problems.append(f"block size {self.block_size} (a multiple of 16)")
+        if self.tensor_cores and (
+            self.backend != "cuda" or self.dtype == "float32" or self.latent_dim % 64
+        ):
+            problems.append("tensor cores (CUDA, 16-bit, latent a multiple of 64)")
+        if problems:
+            raise UnsupportedSpecError(f"no latent-attention kernel for {', '.join(problems)}")
+
+    @property
+    def name(self) -> str:
+        return (
+            f"latent_{self.kernel}_{self.backend}_{DTYPE_SHORT[self.dtype]}_r{self.latent_dim}"
+            f"_p{self.rope_dim}_bs{self.block_size}"
+        )
+
+    @classmethod
+    def parse(cls, name: str) -> LatentSpec:
+        """Inverse of `name` (e.g. `latent_mma_cuda_bf16_r512_p64_bs16`)."""
+        match = _NAME.fullmatch(name)
+        dtypes = {short: full for full, short in DTYPE_SHORT.items()}
+        if match is None or match[3] not in dtypes:
+            raise UnsupportedSpecError(f"{name!r} is not a latent-attention kernel name")
+        return cls(match[1], match[2], dtypes[match[3]], *(int(match[i]) for i in (4, 5, 6)))
+
+    # What the shared templates (`_dialect.jinja`, `paged_attention_reduce.jinja`) read.
+    @property
+    def tensor_cores(self) -> bool:
+        return self.kernel == "mma"
+
+    quantized = False
+    stages = 1
+    sliding_window = False
+    chunked = False
+    partition_size = PARTITION
+
+    @property
+    def v_dim(self) -> int:
+        return self.latent_dim
+
+
+@functools.cache
+def define(spec: LatentSpec) -> KernelDefinition:
+    """Pass 1: inputs queries `(B, H, 1, latent + rope)` (the absorbed query and the RoPE part,
+    side by side), latent and RoPE pages `[num_blocks, block_size, 1, dim]`, block tables,
+    lengths and the scale; outputs each partition's fp32 output `(B, H, P, latent)`, row max
+    (base 2) and row sum `(B, H, P)`. Pass 2 merges them into `out` `(B, H, latent)`."""
+    header = render_macro(TEMPLATES, "_dialect.jinja", "cuda_header", spec)
+    if spec.kernel == "reduce":
+        names = (("partial_out", "partial_max", "partial_sum", "seq_lens"), ("out",))
+        template, threads, shared = "paged_attention_reduce.jinja", 32, 0
+    else:
+        inputs = ("queries", "latent_pages", "rope_pages", "block_tables", "seq_lens", "scale")
+        names = (inputs, ("partial_out", "partial_max", "partial_sum"))
+        template, threads = "latent_attention.jinja", THREADS
+        shared = 16 * (spec.latent_dim + spec.rope_dim + 8) * getattr(mx, spec.dtype).size
+        shared += 4 * 16 * 16 * 4 if spec.tensor_cores else 0
+    return check_definition(
+        KernelDefinition(
+            name=spec.name,
+            backend=spec.backend,
+            spec=spec,
+            source=render(TEMPLATES, template, spec),
+            header=header,
+            input_names=names[0],
+            output_names=names[1],
+            threads_per_threadgroup=threads,
+            threadgroup_bytes=shared,
+        )
+    )
+
+
+@functools.cache
+def build(spec: LatentSpec):
+    """The `mx.fast` kernel object of `spec`, built once per process."""
+    return compile_kernel(define(spec))
+
+
+def pass_one_kernel(backend: str, dtype: str) -> str:
+    """ "mma" on CUDA at 16 bits, else "simt"."""
+    return "mma" if backend == "cuda" and dtype != "float32" else "simt"
+
+
+def spec_for(backend: str, dtype: mx.Dtype, latent_dim: int, rope_dim: int, block_size: int,
+             kernel: str | None = None) -> LatentSpec:  # fmt: skip
+    """The pass-1 spec of these pages (raises `UnsupportedSpecError` where none serves)."""
+    name = dtype_name(dtype)
+    kernel = kernel or pass_one_kernel(backend, name)
+    return LatentSpec(kernel, backend, name, latent_dim, rope_dim, block_size)
+
+
+def latent_attention_decode(
+    q_latent: mx.array,
+    q_rope: mx.array,
+    latent_pages: mx.array,
+    rope_pages: mx.array,
+    block_tables: mx.array,
+    seq_lens: mx.array,
+    *,
+    scale: float,
+    backend: str,
+    kernel: str | None = None,
+) -> mx.array:
+    """`latent_attention_reference` for one query a row at position `seq_lens - 1`, on the
+    kernels: `(B, H, 1, R)` latent and `(B, H, 1, P)` RoPE queries over 16-bit pages; returns
+    `(B, H, 1, R)`. `kernel` picks pass 1 ("simt" or "mma"; default: routed)."""
+    batch, heads = q_latent.shape[:2]
+    latent_dim, rope_dim = latent_pages.shape[-1], rope_pages.shape[-1]
+    spec = spec_for(backend, latent_pages.dtype, latent_dim, rope_dim, latent_pages.shape[1],
+                    kernel)  # fmt: skip
+    queries = mx.concatenate([q_latent, q_rope.astype(q_latent.dtype)], axis=-1)
+    queries = queries.astype(latent_pages.dtype)
+    parts = -(-block_tables.shape[1] * spec.block_size // PARTITION)
+    tiles = -(-heads // HEADS_PER_THREADGROUP)
+    partial_out, partial_max, partial_sum = build(spec)(
+        inputs=[
+            queries,
+            latent_pages,
+            rope_pages,
+            block_tables,
+            seq_lens,
+            constant(scale, mx.float32, backend),
+        ],  # fmt: skip
+        template=[("T", latent_pages.dtype)],
+        grid=(tiles * THREADS, batch, parts),
+        threadgroup=(THREADS, 1, 1),
+        output_shapes=[
+            (batch, heads, parts, latent_dim),
+            (batch, heads, parts),
+            (batch, heads, parts),
+        ],  # fmt: skip
+        output_dtypes=[mx.float32] * 3,
+    )
+    reduce = LatentSpec("reduce", backend, spec.dtype, latent_dim, rope_dim, spec.block_size)
+    (out,) = build(reduce)(
+        inputs=[partial_out, partial_max, partial_sum, seq_lens],
+        template=[("T", latent_pages.dtype)],
+        grid=(heads * 32, batch, 1),
+        threadgroup=(32, 1, 1),
+        output_shapes=[(batch, heads, latent_dim)],
+        output_dtypes=[latent_pages.dtype],
+    )
+    return out[:, :, None, :]
+
+
+def latent_specs(backend: str) -> list[LatentSpec]:
+    """A sample the compile checks and GPU tests sweep: DeepSeek-V3's rows (512 + 64) in each
+    16-bit dtype and both pass-1 kernels, a smaller latent (MiniCPM3's 256 + 32), fp32, and
+    blocks of 32; and the reduce pass."""
+    kernels = ("simt", "mma") if backend == "cuda" else ("simt",)
+    specs = [LatentSpec(k, backend, d, 512, 64, 16) for k in kernels
+             for d in ("bfloat16", "float16")]  # fmt: skip
+    specs += [
+        LatentSpec("simt", backend, "float32", 256, 32, 16),
+        LatentSpec(kernels[-1], backend, "bfloat16", 256, 32, 32),
+        LatentSpec("reduce", backend, "bfloat16", 512, 64, 16),
+    ]
+    return specs
