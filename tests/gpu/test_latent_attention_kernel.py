@@ -67,7 +67,7 @@ def test_a_tiny_deepseek_v3_decodes_the_reference_tokens_on_the_kernel(tmp_path)
                            qk_rope_head_dim=32, num_attention_heads=16))  # fmt: skip
     prompts = [list(range(5, 60)), [11, 12, 13]]
     params = SamplingParams(max_tokens=24, ignore_eos=True)
-    kernel = LLM(path, num_blocks=64, block_size=16)
+    kernel = LLM(path, num_blocks=64, block_size=16, paged_attention="kernel")
     reference = LLM(path, num_blocks=64, block_size=16, paged_attention="reference")
     assert kernel.engine.runner.pool.decode_backend is not None
     got = kernel.generate(prompts, params)
