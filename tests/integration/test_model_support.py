@@ -110,3 +110,11 @@ def test_v_heads_of_another_size_than_k_take_16_bit_pages_and_the_simt_kernels(t
     # At K and V head sizes the kernels are generated for, the SIMT kernels take the layer.
     _check_kernel_shape("cuda", dataclasses.replace(shape, head_dim=192, value_head_dim=128), 16,
                         (16, 16, 0))  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v32", "glm_moe_dsa"])
+def test_sparse_attention_is_refused_by_name_with_its_reason(model_type):
+    from mlx_paged.kv.attention_hook import check_model_supported
+
+    with pytest.raises(ValueError, match="indexer whose keys .* not on pages yet; use --kv-paged"):
+        check_model_supported(model_type)
