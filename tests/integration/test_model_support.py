@@ -116,5 +116,5 @@ def test_v_heads_of_another_size_than_k_take_16_bit_pages_and_the_simt_kernels(t
 def test_sparse_attention_is_refused_by_name_with_its_reason(model_type):
     from mlx_paged.kv.attention_hook import check_model_supported
 
-    with pytest.raises(ValueError, match="indexer whose keys .* not on pages yet; use --kv-paged"):
+    with pytest.raises(ValueError, match="indexer whose keys .* on pages yet; use --kv-paged off"):
         check_model_supported(model_type)
