@@ -4,9 +4,12 @@ KV in a pool of its own, sized out of the same budget as the target's.
 Each request's draft cache holds K/V for a prefix of its tokens (`known`). A step feeds every
 drafting row the tokens the target has and the draft cache lacks (its prompt, the first time)
 in one prefill forward, takes the draft model's likeliest next token, and feeds that back for
-K - 1 more one-token forwards. Drafts are greedy: a draft that is one token for sure keeps the
-target's verification rule exact (`runner/speculative_step.py`). After verification the cache
-keeps only what the target accepted (`accept`), and gives back the blocks past it.
+K - 1 more one-token forwards. A row further behind than a step's catch-up budget (the
+engine's prefill chunk) is fed that many of its tokens in the same first forward and drafts
+from a later step, so a long prompt never runs as one forward. Drafts are greedy: a draft
+that is one token for sure keeps the target's verification rule exact
+(`runner/speculative_step.py`). After verification the cache keeps only what the target
+accepted (`accept`), and gives back the blocks past it.
 """
 
 from __future__ import annotations
@@ -30,33 +33,40 @@ class _DraftRow:
 
 class DraftModelProposer:
     """Drafts of up to `num_draft_tokens` tokens from `runner`'s model (a `PagedRunner` over
-    the draft pool, whose forwards this borrows) and its manager `kv`."""
+    the draft pool, whose forwards this borrows) and its manager `kv`; rows behind by more
+    than `max_catch_up` tokens catch up that many a step."""
 
-    def __init__(self, runner, kv, num_draft_tokens: int):
+    def __init__(self, runner, kv, num_draft_tokens: int, max_catch_up: int = 2048):
         self.runner, self.kv = runner, kv
         self.num_draft_tokens = num_draft_tokens
+        self.max_catch_up = max_catch_up
         self._rows: dict[str, _DraftRow] = {}
 
     def propose_batch(self, requests, tails: list[list[int]], limits: list[int]):
         """Per request, up to `min(limit, K)` tokens after its tokens and `tail`; none where
         the draft pool has no room."""
         drafts: list[list[int]] = [[] for _ in requests]
-        rows, chunks, picked = [], [], []
+        rows, chunks, picked, behind = [], [], [], []
+        budget = self.max_catch_up
         for i, (request, tail, limit) in enumerate(zip(requests, tails, limits)):
             if limit < 1:
                 continue
             row = self._rows.setdefault(request.request_id, _DraftRow(request.request_id))
             chunk = _unseen(request, row.num_computed_tokens) + tail
-            room = len(chunk) + self.num_draft_tokens - 1  # the chunk, the drafts fed back
+            catch_up = len(chunk) > budget
+            if catch_up:  # this step feeds what the budget allows, and drafts nothing
+                chunk = chunk[:budget]
+            room = len(chunk) + (0 if catch_up else self.num_draft_tokens - 1)
             if not chunk or self.kv.allocate_slots(row, room) is None:
                 continue
-            rows.append(row)
-            chunks.append(chunk)
-            picked.append(i)
-        if not rows:
+            budget -= len(chunk)
+            (behind if catch_up else rows).append((row, chunk, i))
+        if not rows and not behind:
             return drafts
-        tokens = self._first_tokens(rows, chunks)
-        for step in range(self.num_draft_tokens):
+        rows, chunks, picked = (list(x) for x in zip(*(rows + behind)))
+        tokens = self._first_tokens(rows, chunks)[: len(rows) - len(behind)]
+        rows, picked = rows[: len(tokens)], picked[: len(tokens)]
+        for step in range(self.num_draft_tokens if rows else 0):
             for i, token in zip(picked, tokens):
                 drafts[i].append(token)
             if step + 1 < self.num_draft_tokens:

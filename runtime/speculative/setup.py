@@ -61,7 +61,7 @@ def enable_speculation(runner, config, draft=None) -> None:
         )  # fmt: skip
         if draft_runner.states is not None:
             raise ValueError("the draft model keeps recurrent state: pick an attention-only one")
-        runner.proposer = DraftModelProposer(draft_runner, draft_kv, k)
+        runner.proposer = DraftModelProposer(draft_runner, draft_kv, k, config.prefill_step_size)
         logger.info("speculative decoding: drafts of up to %d tokens from %s", k,
                     config.draft_model)  # fmt: skip
     runner.spec_policy = SpeculationPolicy()

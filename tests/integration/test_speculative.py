@@ -201,3 +201,25 @@ def test_seeded_rows_do_not_draft(tiny_model_dir):
     assert llm.engine.runner.spec_drafts == 0
     plain = LLM(str(tiny_model_dir("llama")), num_blocks=64)
     assert plain.generate(PROMPTS[:1], params)[0].token_ids == first
+
+
+def test_a_draft_model_catches_up_on_long_prompts_a_chunk_a_step(tiny_model_dir):
+    """With a prefill chunk of 8, no draft forward feeds more than 8 tokens a row: rows behind
+    catch up over several steps, then draft; the output stays plain decoding's."""
+    folder = tiny_model_dir("llama")
+    prompts, limits = [p * 2 for p in PROMPTS], LIMITS
+    plain = _greedy(LLM(str(folder), num_blocks=64), prompts, limits)
+    llm = LLM(str(folder), num_blocks=64, draft_model=str(folder), num_draft_tokens=3,
+              prefill_step_size=8)  # fmt: skip
+    llm.engine.runner.spec_policy.adaptive = False
+    proposer, widths = llm.engine.runner.proposer, []
+    forward = proposer._forward
+
+    def recorded(rows, tokens, starts, counts):
+        widths.append(max(counts))
+        return forward(rows, tokens, starts, counts)
+
+    proposer._forward = recorded
+    assert _greedy(llm, prompts, limits) == plain
+    assert max(widths) <= 8 and max(len(p) for p in prompts) > 8
+    assert llm.engine.runner.spec_accepted_tokens == llm.engine.runner.spec_draft_tokens > 0
