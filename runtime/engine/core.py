@@ -33,6 +33,7 @@ from mlx_paged.engine.stop_checker import StopChecker
 from mlx_paged.request import PromptSchedule, Request, RequestStatus
 from mlx_paged.sampling.sampler import make_row_sampling
 from mlx_paged.sampling.sampling_params import SamplingParams
+from mlx_paged.speculative.setup import draft_prefill_shapes
 from mlx_paged.structured.matchers import GrammarMatchers
 
 logger = logging.getLogger(__name__)
@@ -178,14 +179,17 @@ class Engine(EngineInbox, StepRecovery):
 
     def warm_up(self) -> None:
         """Meet every prefill attention shape before serving, on the calling thread: where the
-        pool buckets them (CUDA), once per thread that steps (`PrefillShapes.warm_up`)."""
-        shapes = self.runner.pool.prefill_shapes if self.kv is not None else None
+        pool buckets them (CUDA), once per thread that steps (`PrefillShapes.warm_up`); the
+        draft model's pool's too."""
+        if self.kv is None:
+            return
+        longest = min(self.max_model_len, self.limits.pool_tokens)
+        shapes = self.runner.pool.prefill_shapes
         if shapes is not None:  # returns at once on a thread already warmed
-            shapes.warm_up(
-                self.config.max_num_prefill_seqs,
-                self.config.prefill_step_size,
-                min(self.max_model_len, self.limits.pool_tokens),
-            )
+            shapes.warm_up(self.config.max_num_prefill_seqs, self.config.prefill_step_size, longest)
+        draft = draft_prefill_shapes(self.runner)  # a draft model feeds every decode row
+        if draft is not None:
+            draft.warm_up(self.config.max_num_seqs, self.config.prefill_step_size, longest)
 
     def step(self) -> None:
         """One continuous-batching step: decode the running rows, then the prompt work."""

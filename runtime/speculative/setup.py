@@ -67,6 +67,14 @@ def enable_speculation(runner, config, draft=None) -> None:
     runner.spec_policy = SpeculationPolicy()
 
 
+def draft_prefill_shapes(runner):
+    """The bucketed prefill shapes of `runner`'s draft model's pool (CUDA), or None."""
+    proposer = getattr(runner, "proposer", None)
+    if not isinstance(proposer, DraftModelProposer):
+        return None
+    return proposer.runner.pool.prefill_shapes
+
+
 def _check_target(runner) -> None:
     if runner.states is not None:
         raise ValueError(
