@@ -31,6 +31,7 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     _add_speculative(sub)
     _add_prefill(sub)
     _add_kv_quality(sub)
+    _add_ops(sub)
 
 
 def _add_random_llama_model(p: argparse.ArgumentParser) -> None:
@@ -277,3 +278,11 @@ def _add_kv_quality(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--new", type=int, default=64, help="greedy tokens generated per setting")
     p.add_argument("--out", default="bench/out/kv-quality.json", help="JSON results file")
     p.set_defaults(run=_bench("kv_quality"))
+
+
+def _add_ops(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("ops", help="MLX primitives of one decode step, a layer, vs mlx-lm's")
+    p.add_argument("--family", nargs="+", choices=("llama", "qwen3"), default=["llama", "qwen3"],
+                   help="random models to count (default: both)")  # fmt: skip
+    p.add_argument("--out", default="bench/out/ops.json", help="JSON results file")
+    p.set_defaults(run=_bench("ops"))
