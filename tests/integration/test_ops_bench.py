@@ -1,0 +1,42 @@
+"""`bench ops` counts the MLX primitives of one decode step as a GPU builds it (kernels and each
+`mx.fast` op one node), here on the CPU; the counts are pinned so that ops cannot creep back into
+the step unnoticed. Change a pin only with the change that moves it, and say why."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import mlx.core as mx
+
+from mlx_paged.bench import ops
+
+# Per layer of the random llama / qwen3 (2 and 4 layers compared): the engine's decode step
+# and mlx-lm's forward of one token.
+PINNED = {
+    "llama": {"ops_per_layer": 49, "ops_per_step": 214, "mlx_lm_ops_per_layer": 50},
+    "qwen3": {"ops_per_layer": 51, "ops_per_step": 222, "mlx_lm_ops_per_layer": 52},
+}
+
+
+def test_decode_step_op_counts_are_pinned(tmp_path):
+    out = tmp_path / "ops.json"
+    assert ops.main(argparse.Namespace(family=list(PINNED), out=str(out))) == 0
+    results = json.loads(out.read_text())["results"]
+    for family, pinned in PINNED.items():
+        got = {key: results[family][key] for key in pinned}
+        assert got == pinned, family
+        by_primitive = results[family]["per_layer_by_primitive"]
+        # One decode kernel, the norms and RoPE as the single nodes they are on a GPU.
+        assert by_primitive["CustomKernel"] == 1 and by_primitive["fast.rope"] == 2
+
+
+def test_fast_ops_count_as_one_node_each():
+    x, w = mx.ones((2, 8)), mx.ones((8,))
+    mx.eval(x, w)
+    with ops.FastOpsAsOne() as fast:
+        y = mx.fast.rms_norm(x, w, 1e-5) * 2
+    nodes = ops.count_nodes(y)
+    nodes.subtract(fast.fallback)
+    assert +(nodes + fast.calls) == {"fast.rms_norm": 1, "Multiply": 1, "Broadcast": 1}
+    assert mx.fast.rms_norm is fast._saved["rms_norm"]  # restored on exit
