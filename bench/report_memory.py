@@ -129,3 +129,46 @@ Results: `bench/results/cpu-memory-density-{family}.json` (CPU).
         )
     }
 """
+
+
+def latent_memory(run: dict) -> str:
+    model = run["model"]
+    latent, rope = model["kv_lora_rank"], model["qk_rope_head_dim"]
+    heads = model["num_attention_heads"]
+    expanded = heads * (model["qk_nope_head_dim"] + rope + model["v_head_dim"])
+    return f"""## KV memory density with latent attention (DeepSeek-V3-like)
+
+What: the same workload and measure as above on a random DeepSeek-V3-like model with
+multi-head latent attention ({model["num_hidden_layers"]} layers; bfloat16): a token keeps a
+latent row of {latent} and a RoPE key row of {rope} a layer on latent pages, as in mlx-lm's own
+MLA caches, where per-head keys and values would take {expanded} values
+({expanded / (latent + rope):.1f}x). Budget {run["budget_tokens"]:,} tokens of latent rows
+({run["budget_bytes"] / 2**20:.0f} MiB); quantized pages quantize the latent and the RoPE keys
+each in groups of {run["kv_group_size"]}. A prompt's blocks are taken when it is admitted, so the
+more a pool holds the more of it goes to prompts still being prefilled (the KV waste column):
+on this workload 4-bit pages run about as many sequences as 8-bit ones.
+
+```bash
+{_latent_command(run)}
+```
+
+Results: `bench/results/cpu-memory-density-deepseek_v3.json` (CPU).
+
+{memory_table(run, _latent_names(run))}
+"""
+
+
+def _latent_command(run: dict) -> str:
+    return (f"mlx-paged bench memory --family deepseek_v3 --requests {run['requests']} "
+            f"--budget-tokens {run['budget_tokens']} --kv-bits 16 8 4")  # fmt: skip
+
+
+def _latent_names(run: dict) -> dict:
+    base = run["results"]["paged"]["sequences_at_budget"]
+    names = {"paged": f"paged latent pages (block {run['block_size']})"}
+    for bits in (8, 4):
+        key = f"paged_kv{bits}"
+        if key in run["results"]:
+            seqs = run["results"][key]["sequences_at_budget"]
+            names[key] = f"paged, {bits}-bit latent pages: {seqs / base:.2f}x 16-bit"
+    return names

@@ -8,7 +8,14 @@ from dataclasses import dataclass
 
 from .report_decode import DECODE_RUNS, HYBRID_DECODE_RUN, decode, hybrid_decode
 from .report_kv import kv_quality
-from .report_memory import gemma4_window_memory, hybrid_memory, memory, window_memory
+from .report_memory import (
+    gemma4_window_memory,
+    hybrid_memory,
+    latent_memory,
+    memory,
+    window_memory,
+)
+from .report_ops import ops
 from .report_serve import CPU_SERVE_RUN, PREFILL_RUN, SERVE_RUN, cpu_serve, prefill, serve
 from .report_table import table as _table
 
@@ -204,7 +211,9 @@ SECTIONS = (
     Section(("cpu-memory-density-qwen3_5.json",), hybrid_memory),
     Section(("cpu-memory-density-gemma3.json",), window_memory),
     Section(("cpu-memory-density-gemma4.json",), gemma4_window_memory),
+    Section(("cpu-memory-density-deepseek_v3.json",), latent_memory),
     Section(("cpu-kv-quality-smollm2.json",), kv_quality),
     Section(("cpu-prefix-cache-smollm2.json",), prefix_cache),
     Section(("cpu-throughput-smollm2.json",), throughput),
+    Section(("cpu-ops.json",), ops),
 )
