@@ -43,6 +43,8 @@ QWEN3_5_ROPE = {
 }
 EXTRA = {
     "llama": {},
+    "qwen2": {},
+    "mistral": {},
     "qwen3": {},
     "gemma3_text": {
         "sliding_window": 8,
@@ -285,7 +287,7 @@ def build_model(
     thinking markers (`build_tokenizer`)."""
     import importlib
 
-    from mlx_lm.utils import save_config, save_model
+    from mlx_lm.utils import MODEL_REMAPPING, save_config, save_model
 
     model_type, _, variant = model_type.partition("@")
     overrides = {**VARIANTS.get(variant, {}), **overrides}
@@ -310,7 +312,8 @@ def build_model(
             "vocab_size": len(hf),
             "eos_token_id": hf.eos_token_id,
         }
-    module = importlib.import_module(f"mlx_lm.models.{outer}")
+    # mlx-lm loads some model types with another family's code, as `mlx_lm.utils` maps them.
+    module = importlib.import_module(f"mlx_lm.models.{MODEL_REMAPPING.get(outer, outer)}")
     mx.random.seed(seed)
     model = module.Model(module.ModelArgs.from_dict(config))
     if dtype is not None:

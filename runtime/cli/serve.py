@@ -110,6 +110,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         paged_attention=args.paged_attention,
         compile_decode=args.compile_decode,
         fused_rope=args.fused_rope,
+        lean_decode=args.lean_decode,
         kv_bits=args.kv_bits,
         kv_bits_k=args.kv_bits_k,
         kv_bits_v=args.kv_bits_v,

@@ -183,6 +183,13 @@ def _add_attention_args(p: argparse.ArgumentParser) -> None:
         "the GPU kernels for models whose RoPE it expresses; off (the default) measured no "
         "faster on the H200",
     )
+    p.add_argument(
+        "--lean-decode",
+        choices=["on", "off"],
+        default="on",
+        help="decode steps of llama, mistral and qwen2/3 models in fewer graph nodes than "
+        "mlx-lm's forward (on, the default), or mlx-lm's own forward (off)",
+    )
 
 
 def _add_quantization_args(p: argparse.ArgumentParser) -> None:

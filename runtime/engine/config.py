@@ -33,6 +33,8 @@ class EngineConfig:
         fused_rope: decode steps apply RoPE inside the attention kernel: "auto" (with the
             generated kernels, for models whose RoPE they express), "on" (also on the
             reference path; fail at load if the model does not qualify) or "off".
+        lean_decode: decode steps of llama-family models run `LeanDecode` (fewer graph nodes
+            than mlx-lm's forward: "on", the default) or mlx-lm's forward ("off").
         prefill_chunk_seconds: how long a step with prompt work may take (paged path): prompt
             chunks are sized from measured step times and shared equally among prompts, so
             a long prompt cannot hold a short one's first token, or a hang-up, for its whole
@@ -61,6 +63,7 @@ class EngineConfig:
     paged_attention: str = "auto"
     compile_decode: str = "auto"
     fused_rope: str = "off"
+    lean_decode: str = "on"
     kv_bits: int = 16
     kv_bits_k: int | None = None
     kv_bits_v: int | None = None
@@ -86,6 +89,7 @@ class EngineConfig:
             ("paged_attention", PAGED_ATTENTION_MODES),
             ("compile_decode", AUTO_ON_OFF),
             ("fused_rope", AUTO_ON_OFF),
+            ("lean_decode", ("on", "off")),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(

@@ -41,6 +41,7 @@ class LLM:
         paged_attention: "auto", "kernel" or "reference" decode attention over pages.
         compile_decode: "auto", "on" or "off": replay decode steps from `mx.compile` traces.
         fused_rope: "auto", "on" or "off": RoPE inside the decode attention kernel.
+        lean_decode: "on" or "off": llama-family decode steps in fewer graph nodes.
         kv_bits: bits per K/V value in the pages: 16, 8 or 4 (quantized in groups of
             `kv_group_size`, 32 or 64; paged path only); `kv_bits_k` / `kv_bits_v` set keys and
             values apart (e.g. 8 and 4).
@@ -78,6 +79,7 @@ class LLM:
         paged_attention: str = "auto",
         compile_decode: str = "auto",
         fused_rope: str = "off",
+        lean_decode: str = "on",
         kv_bits: int = 16,
         kv_bits_k: int | None = None,
         kv_bits_v: int | None = None,
@@ -100,6 +102,7 @@ class LLM:
             paged_attention=paged_attention,
             compile_decode=compile_decode,
             fused_rope=fused_rope,
+            lean_decode=lean_decode,
             kv_bits=kv_bits,
             kv_bits_k=kv_bits_k,
             kv_bits_v=kv_bits_v,

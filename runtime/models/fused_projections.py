@@ -32,7 +32,18 @@ class FusedProjections:
             self._weight_t = arrays["weight"].T
             mx.eval(self._weight_t)
 
+    @property
+    def rows(self) -> list[int]:
+        """Each projection's output size."""
+        total = self._arrays["weight"].shape[0]
+        ends = [*self._splits, total]
+        return [end - start for start, end in zip([0, *self._splits], ends)]
+
     def __call__(self, x: mx.array) -> list[mx.array]:
+        return mx.split(self.fused(x), self._splits, axis=-1)
+
+    def fused(self, x: mx.array) -> mx.array:
+        """Every projection's output side by side, from the one matmul."""
         arrays = self._arrays
         if self._kind is nn.Linear:
             y = x @ self._weight_t
@@ -43,7 +54,7 @@ class FusedProjections:
             )  # fmt: skip
         if "bias" in arrays:
             y = y + arrays["bias"]
-        return mx.split(y, self._splits, axis=-1)
+        return y
 
 
 def fuse_projections(projections: list[nn.Module]) -> FusedProjections | None:

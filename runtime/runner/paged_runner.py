@@ -49,8 +49,11 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
         compile_decode=False,
         plan: CachePlan | None = None,
         states: StatePool | None = None,
+        lean=None,
     ):
         self.model = model
+        # The lean decode step (`models/lean_decode.py`), or None for mlx-lm's forward.
+        self.lean = lean
         self.pool = pool
         self.kv = kv
         self.plan = plan or CachePlan([AttentionSlot(i) for i in range(pool.num_layers)])
@@ -64,6 +67,9 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
         # The engine hands a step's prefill chunks to `decode`, to run in its forward; that
         # needs the logits head apart, so only the decode rows reach it.
         self.logits_head = split_logits_head(model)
+        if self.lean is not None and self.logits_head is None:
+            logger.info("decode steps run mlx-lm's forward: the logits head did not split")
+            self.lean = None
         # A chunk's tokens run as rows of one token there, which recurrent state cannot take.
         self.mixes_prefill = self.logits_head is not None and states is None
         if self.logits_head is None:
@@ -126,7 +132,11 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
 
     def _forward(self, tokens: mx.array, metas: list, states=()) -> mx.array:
         with forward_on(self.pool):
-            return self.model(tokens, cache=self._caches(metas, states))
+            caches = self._caches(metas, states)
+            # One token a row and no chunk rows riding along: the lean step where there is one.
+            if self.lean is not None and tokens.shape[1] == 1 and metas[0].decode_rows is None:
+                return self.logits_head.head(self.lean(tokens[:, 0], caches))[:, None]
+            return self.model(tokens, cache=caches)
 
     def decode(self, rows: list[Request], prefill=()) -> list[RowOutput]:
         """One decode forward over `rows`; with `prefill` chunks `(request, tokens)`, the same

@@ -8,7 +8,7 @@ import os
 import mlx.core as mx
 
 from mlx_paged.kernels.quantized_pages import check_kv_quantization, layer_bytes_per_token
-from mlx_paged.kv.attention_adapters import ScoreRules, adapt_attention
+from mlx_paged.kv.attention_adapters import adapt_attention
 from mlx_paged.kv.attention_hook import check_model_supported, install_attention_hook
 from mlx_paged.kv.kv_cache_manager import KVCacheManager
 from mlx_paged.kv.kv_groups import KVCacheGroups, plan_groups
@@ -17,6 +17,7 @@ from mlx_paged.kv.paged_cache import PagedKVPool
 from mlx_paged.kv.recurrence_hook import fuse_input_projections, install_recurrence_hook
 from mlx_paged.kv.state_pool import StatePool, slot_bytes
 from mlx_paged.kv.state_slots import StateSlots
+from mlx_paged.models.lean_decode import build_lean_decode
 from mlx_paged.models.weight_views import cache_weight_views
 from mlx_paged.runner.attention_setup import choose_attention_paths
 from mlx_paged.runner.paged_runner import PagedRunner
@@ -159,6 +160,7 @@ def build_paged_path(
     max_live_requests: int = 64,
     kv_groups: bool = True,
     shared_block_bytes: int = 0,
+    lean_decode: bool = False,
 ) -> tuple[PagedRunner, KVCacheManager]:
     """Check the model, size the pool and return (runner, kv manager).
 
@@ -172,8 +174,9 @@ def build_paged_path(
     request, as many again for prefix-cache snapshots), or what `STATE_BUDGET_SHARE` of it
     holds, fewer: then admission waits for a slot. `kv_groups`: window layers get groups of
     their own (`kv_groups.py`). Blocks cost `shared_block_bytes` more (a draft's pool).
+    `lean_decode`: decode steps run `LeanDecode` where the model's family allows.
     """
-    rules, layout = _prepare_model(model, model_type, fused_rope)
+    rules, layout, lean = _prepare_model(model, model_type, fused_rope, lean_decode)
     # Latent pages quantize their two sides apart; the kernels of per-head pages take one size.
     if layout.values_differ and not layout.latent and min(k_bits, v_bits) < 16:
         raise ValueError(
@@ -200,12 +203,13 @@ def build_paged_path(
                         groups.scales)  # fmt: skip
     _log_pool(pool, block_bytes // block_size, enable_prefix_caching, states, wanted)
     compiled = compile_decode == "on" or (compile_decode == "auto" and bool(pool.decode_backend))
-    return PagedRunner(model, pool, kv, compiled, layout.plan, states), kv
+    return PagedRunner(model, pool, kv, compiled, layout.plan, states, lean), kv
 
 
-def _prepare_model(model, model_type: str, fused_rope: str) -> tuple[ScoreRules, KVLayout]:
+def _prepare_model(model, model_type: str, fused_rope: str, lean_decode: bool = False):
     """Refuse what pages cannot serve, hook mlx-lm's attention and recurrence, adapt the
-    families that need it, and probe the K/V layout; the model's score rules and layout."""
+    families that need it, and probe the K/V layout; the model's score rules, layout and
+    lean decode step (`LeanDecode`, or None)."""
     check_model_supported(model_type)
     install_attention_hook()
     install_recurrence_hook()
@@ -214,8 +218,12 @@ def _prepare_model(model, model_type: str, fused_rope: str) -> tuple[ScoreRules,
         raise ValueError(f"fused RoPE computes plain scores, not {rules}: use --fused-rope off")
     layout = probe_kv_layout(model)
     logger.debug("layers with fused input projections: %d", fuse_input_projections(model))
+    lean = None
+    if lean_decode and not layout.state:  # stacks weights: before the weight views
+        windows = layout.plan.windows if layout.plan else [None] * layout.num_layers
+        lean = build_lean_decode(model, windows)
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
-    return rules, layout
+    return rules, layout, lean
 
 
 def state_pool_slots(max_live_requests: int) -> int:

@@ -12,10 +12,10 @@ import mlx.core as mx
 from mlx_paged.bench import ops
 
 # Per layer of the random llama / qwen3 (2 and 4 layers compared): the engine's decode step
-# and mlx-lm's forward of one token.
+# (the lean forward, `models/lean_decode.py`) and mlx-lm's forward of one token.
 PINNED = {
-    "llama": {"ops_per_layer": 49, "ops_per_step": 214, "mlx_lm_ops_per_layer": 50},
-    "qwen3": {"ops_per_layer": 51, "ops_per_step": 222, "mlx_lm_ops_per_layer": 52},
+    "llama": {"ops_per_layer": 28, "ops_per_step": 130, "mlx_lm_ops_per_layer": 50},
+    "qwen3": {"ops_per_layer": 30, "ops_per_step": 138, "mlx_lm_ops_per_layer": 52},
 }
 
 

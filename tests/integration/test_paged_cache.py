@@ -93,7 +93,7 @@ def test_paged_prefill_and_decode_match_contiguous(tiny_model_dir, model_type):
 
 def test_unsupported_families_are_refused():
     with pytest.raises(ValueError, match="--kv-paged off"):
-        check_model_supported("kimi_linear")
+        check_model_supported("kimi_vl")
 
 
 def buffer_address(a: mx.array) -> int:

@@ -1,0 +1,75 @@
+"""The lean decode step (`models/lean_decode.py`) of llama, mistral, qwen2 and qwen3: greedy
+tokens equal mlx-lm's own generation, eager and compiled, on plain and quantized weights; the
+projections it stacks are what the model's own (prefill) calls read; other families and
+`lean_decode="off"` keep mlx-lm's forward."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from mlx_lm import load
+from mlx_lm.generate import generate_step
+
+from mlx_paged import LLM, SamplingParams
+
+PROMPTS = [list(range(5, 24)), [11, 12, 13], list(range(30, 70))]
+MAX_TOKENS = 16
+
+
+def mlx_lm_tokens(model) -> list[list[int]]:
+    return [
+        [int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(MAX_TOKENS))]
+        for p in PROMPTS
+    ]
+
+
+@pytest.mark.parametrize("compile_decode", ["off", "on"])
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "qwen3"])
+def test_lean_steps_give_mlx_lms_tokens(tiny_model_dir, model_type, compile_decode):
+    path = str(tiny_model_dir(model_type))
+    expected = mlx_lm_tokens(load(path)[0])
+    llm = LLM(path, num_blocks=64, block_size=4, compile_decode=compile_decode)
+    assert llm.engine.runner.lean is not None
+    got = llm.generate(PROMPTS, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
+    assert [r.token_ids for r in got] == expected
+
+
+def test_quantized_weights_stack_and_stay_exact(tiny_model_dir, tmp_path):
+    from mlx_lm.utils import save_config, save_model
+    from tiny_models import build_model
+
+    path = build_model(tmp_path / "q", "llama", intermediate_size=128, hidden_size=128,
+                       head_dim=32)  # fmt: skip
+    model, _ = load(str(path))
+    nn.quantize(model, group_size=32, bits=4)
+    save_model(path, model)
+    config = {**__import__("json").loads((path / "config.json").read_text()),
+              "quantization": {"group_size": 32, "bits": 4}}  # fmt: skip
+    save_config(config, config_path=path / "config.json")
+    expected = mlx_lm_tokens(load(str(path))[0])
+    llm = LLM(str(path), num_blocks=64, block_size=4)
+    layer = llm.engine.runner.lean.layers[0]
+    assert layer.qkv.rows == [128, 64, 64] and layer.gate_up.rows == [128, 128]
+    got = llm.generate(PROMPTS, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
+    assert [r.token_ids for r in got] == expected
+
+
+def test_the_models_own_projections_read_the_stacked_weights(tiny_model_dir):
+    llm = LLM(str(tiny_model_dir("llama")), num_blocks=32, block_size=4)
+    runner = llm.engine.runner
+    layer = runner.lean.layers[0]
+    attn = layer.block.self_attn
+    x = mx.random.normal((3, attn.q_proj.weight.shape[1]))
+    q, k, v = layer.qkv(x)
+    for got, proj in zip((q, k, v), (attn.q_proj, attn.k_proj, attn.v_proj)):
+        assert mx.array_equal(got, proj(x)).item()
+
+
+def test_other_families_and_lean_off_keep_mlx_lms_forward(tiny_model_dir):
+    assert LLM(str(tiny_model_dir("gemma3_text")), num_blocks=32).engine.runner.lean is None
+    path = str(tiny_model_dir("llama"))
+    off = LLM(path, num_blocks=64, block_size=4, lean_decode="off")
+    assert off.engine.runner.lean is None
+    params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+    assert [r.token_ids for r in off.generate(PROMPTS, params)] == mlx_lm_tokens(load(path)[0])
