@@ -45,6 +45,7 @@ EXTRA = {
     "llama": {},
     "qwen2": {},
     "mistral": {},
+    "phi3": {},
     "qwen3": {},
     "gemma3_text": {
         "sliding_window": 8,

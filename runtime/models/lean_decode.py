@@ -1,4 +1,4 @@
-"""A decode step of fewer graph nodes for the llama family (llama, mistral, qwen2, qwen3).
+"""A decode step of fewer graph nodes for the llama family (llama, mistral, qwen2, qwen3, phi3).
 
 MLX spends host time on every node of a step's graph, whatever the node does, so a decode
 step's speed is set by its node count (`mlx-paged bench ops`). mlx-lm's layer runs three
@@ -6,7 +6,8 @@ matmuls for q, k and v and two for gate and up, each with the flatten and unflat
 around a matmul of `(B, 1, D)` activations, and transposes every head layout. `LeanDecode` runs
 the same layer on `(B, D)` activations (one token a row): q, k and v from one matmul of weights
 stacked at load (`fuse_projections`: the layer's own projections keep views of their rows, so
-nothing is held twice), one reshape and one split into heads, gate and up from one matmul too.
+nothing is held twice; phi3 stacks them itself), one reshape and one split into heads, gate and
+up from one matmul too.
 Norms, RoPE, the page writes and attention are the module's own calls and the attention hook's,
 so the step computes what mlx-lm's forward computes on pages.
 """
@@ -14,6 +15,7 @@ so the step computes what mlx-lm's forward computes on pages.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -21,21 +23,22 @@ from mlx_lm.models.activations import swiglu
 
 from mlx_paged.kv.attention_hook import paged_scaled_dot_product_attention
 from mlx_paged.kv.paged_cache import PagedMask
-from mlx_paged.models.fused_projections import FusedProjections, fuse_projections
+from mlx_paged.models.fused_projections import fuse_projections
 
 logger = logging.getLogger(__name__)
 
 # mlx-lm model types whose layers `LeanDecode` runs (mistral loads as llama).
-LEAN_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+LEAN_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 
 
 @dataclass(frozen=True)
 class LeanLayer:
-    """One transformer block and its stacked projections."""
+    """One transformer block and its stacked projections: `qkv(x)` the queries, keys and
+    values side by side, `gate_up(x)` the MLP's gate and up halves."""
 
     block: object
-    qkv: FusedProjections
-    gate_up: FusedProjections
+    qkv: Callable[[mx.array], mx.array]
+    gate_up: Callable[[mx.array], list[mx.array]]
     heads: tuple[int, int, int]  # query heads, KV heads, head size
 
 
@@ -59,7 +62,7 @@ def _layer_step(layer: LeanLayer, h: mx.array, cache, window: int | None) -> mx.
     block, attn = layer.block, layer.block.self_attn
     num_heads, num_kv_heads, head_dim = layer.heads
     x = block.input_layernorm(h)
-    y = layer.qkv.fused(x).reshape(h.shape[0], num_heads + 2 * num_kv_heads, 1, head_dim)
+    y = layer.qkv(x).reshape(h.shape[0], num_heads + 2 * num_kv_heads, 1, head_dim)
     q, k, v = mx.split(y, [num_heads, num_heads + num_kv_heads], axis=1)
     if hasattr(attn, "q_norm"):  # qwen3
         q, k = attn.q_norm(q), attn.k_norm(k)
@@ -103,9 +106,13 @@ def _lean_layer(block) -> LeanLayer | None:
     fused q, k, v first, so a refused gate/up leaves only q, k, v stacked (which mlx-lm's own
     calls read as views all the same)."""
     attn, mlp = block.self_attn, block.mlp
+    if hasattr(attn, "qkv_proj"):  # phi3 keeps them stacked
+        rows = attn.n_heads * attn.head_dim
+        return LeanLayer(block, attn.qkv_proj, lambda x: mx.split(mlp.gate_up_proj(x), 2, -1),
+                         (attn.n_heads, attn.n_kv_heads, rows // attn.n_heads))  # fmt: skip
     qkv = fuse_projections([attn.q_proj, attn.k_proj, attn.v_proj])
     gate_up = fuse_projections([mlp.gate_proj, mlp.up_proj]) if qkv is not None else None
     if gate_up is None:
         return None
     head_dim = qkv.rows[0] // attn.n_heads
-    return LeanLayer(block, qkv, gate_up, (attn.n_heads, attn.n_kv_heads, head_dim))
+    return LeanLayer(block, qkv.fused, gate_up, (attn.n_heads, attn.n_kv_heads, head_dim))

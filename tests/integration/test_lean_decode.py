@@ -1,4 +1,4 @@
-"""The lean decode step (`models/lean_decode.py`) of llama, mistral, qwen2 and qwen3: greedy
+"""The lean decode step (`models/lean_decode.py`) of llama, mistral, qwen2, qwen3 and phi3: greedy
 tokens equal mlx-lm's own generation, eager and compiled, on plain and quantized weights; the
 projections it stacks are what the model's own (prefill) calls read; other families and
 `lean_decode="off"` keep mlx-lm's forward."""
@@ -25,7 +25,7 @@ def mlx_lm_tokens(model) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("compile_decode", ["off", "on"])
-@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "qwen3"])
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "qwen3", "phi3"])
 def test_lean_steps_give_mlx_lms_tokens(tiny_model_dir, model_type, compile_decode):
     path = str(tiny_model_dir(model_type))
     expected = mlx_lm_tokens(load(path)[0])
@@ -50,7 +50,7 @@ def test_quantized_weights_stack_and_stay_exact(tiny_model_dir, tmp_path):
     expected = mlx_lm_tokens(load(str(path))[0])
     llm = LLM(str(path), num_blocks=64, block_size=4)
     layer = llm.engine.runner.lean.layers[0]
-    assert layer.qkv.rows == [128, 64, 64] and layer.gate_up.rows == [128, 128]
+    assert layer.qkv.__self__.rows == [128, 64, 64] and layer.gate_up.rows == [128, 128]
     got = llm.generate(PROMPTS, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
     assert [r.token_ids for r in got] == expected
 
@@ -61,7 +61,7 @@ def test_the_models_own_projections_read_the_stacked_weights(tiny_model_dir):
     layer = runner.lean.layers[0]
     attn = layer.block.self_attn
     x = mx.random.normal((3, attn.q_proj.weight.shape[1]))
-    q, k, v = layer.qkv(x)
+    q, k, v = layer.qkv.__self__(x)
     for got, proj in zip((q, k, v), (attn.q_proj, attn.k_proj, attn.v_proj)):
         assert mx.array_equal(got, proj(x)).item()
 
@@ -73,3 +73,19 @@ def test_other_families_and_lean_off_keep_mlx_lms_forward(tiny_model_dir):
     assert off.engine.runner.lean is None
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
     assert [r.token_ids for r in off.generate(PROMPTS, params)] == mlx_lm_tokens(load(path)[0])
+
+
+def test_sliding_window_layers_keep_their_windows(tmp_path):
+    """A llama with window layers (KV cache groups): the lean step hands each layer its
+    window."""
+    from tiny_models import build_model
+
+    path = str(build_model(tmp_path / "w", "llama", sliding_window=8,
+                           layer_types=["sliding_attention", "full_attention"]))  # fmt: skip
+    llm = LLM(path, num_blocks=64, block_size=4)
+    assert llm.engine.runner.lean.windows == [8, None]
+    got = llm.generate(PROMPTS, SamplingParams(max_tokens=24, ignore_eos=True))
+    model = load(path)[0]
+    expected = [[int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(24))]
+                for p in PROMPTS]  # fmt: skip
+    assert [r.token_ids for r in got] == expected
