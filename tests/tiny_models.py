@@ -46,6 +46,22 @@ EXTRA = {
     "qwen2": {},
     "mistral": {},
     "phi3": {},
+    # Mixtures of experts (the lean decode step keeps their own MoE call).
+    "qwen3_moe": {
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "moe_intermediate_size": 32,
+        "norm_topk_prob": True,
+    },
+    "qwen2_moe": {
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64,
+    },
+    "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
     "qwen3": {},
     "gemma3_text": {
         "sliding_window": 8,

@@ -1,4 +1,4 @@
-"""A decode step of fewer graph nodes for the llama family (llama, mistral, qwen2, qwen3, phi3).
+"""A decode step of fewer graph nodes for llama-like models (`LEAN_FAMILIES`).
 
 MLX spends host time on every node of a step's graph, whatever the node does, so a decode
 step's speed is set by its node count (`mlx-paged bench ops`). mlx-lm's layer runs three
@@ -19,7 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import mlx.core as mx
+import mlx.nn as nn
 from mlx_lm.models.activations import swiglu
+from mlx_lm.models.gemma3_text import clip_residual
 
 from mlx_paged.kv.attention_hook import paged_scaled_dot_product_attention
 from mlx_paged.kv.paged_cache import PagedMask
@@ -27,18 +29,20 @@ from mlx_paged.models.fused_projections import fuse_projections
 
 logger = logging.getLogger(__name__)
 
-# mlx-lm model types whose layers `LeanDecode` runs (mistral loads as llama).
-LEAN_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3")
+# mlx-lm model types whose layers `LeanDecode` runs (mistral loads as llama); gemma3 with its
+# own residual order (`_gemma3_step`).
+LEAN_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "qwen2_moe", "qwen3_moe",
+                 "mixtral", "gemma3_text")  # fmt: skip
 
 
 @dataclass(frozen=True)
 class LeanLayer:
-    """One transformer block and its stacked projections: `qkv(x)` the queries, keys and
-    values side by side, `gate_up(x)` the MLP's gate and up halves."""
+    """One transformer block: `qkv(x)` its queries, keys and values side by side, `mlp(x)`
+    its feed-forward (stacked gate and up where dense, the block's own MoE call else)."""
 
     block: object
     qkv: Callable[[mx.array], mx.array]
-    gate_up: Callable[[mx.array], list[mx.array]]
+    mlp: Callable[[mx.array], mx.array]
     heads: tuple[int, int, int]  # query heads, KV heads, head size
 
 
@@ -47,32 +51,49 @@ class LeanDecode:
     a row (`tokens` `(B,)`) over paged `caches` (one a layer), with `windows[i]` the sliding
     window of layer i (None: full attention)."""
 
-    def __init__(self, inner, layers: list[LeanLayer], windows: list[int | None]):
+    def __init__(self, inner, layers: list[LeanLayer], windows: list[int | None], gemma: bool):
         self.inner, self.layers, self.windows = inner, layers, windows
+        self.step = _gemma3_step if gemma else _llama_step
+        self.embed_scale = inner.args.hidden_size**0.5 if gemma else None
 
     def __call__(self, tokens: mx.array, caches: list) -> mx.array:
         h = self.inner.embed_tokens(tokens)
+        if self.embed_scale is not None:  # gemma3 scales its embeddings, rounded to bf16
+            h = h * mx.array(self.embed_scale, mx.bfloat16).astype(h.dtype)
         for layer, cache, window in zip(self.layers, caches, self.windows):
-            h = _layer_step(layer, h, cache, window)
+            h = self.step(layer, h, cache, window)
         return self.inner.norm(h)
 
 
-def _layer_step(layer: LeanLayer, h: mx.array, cache, window: int | None) -> mx.array:
-    """One block on `(B, D)` hidden states, as mlx-lm's block computes it for one token."""
-    block, attn = layer.block, layer.block.self_attn
+def _attention(layer: LeanLayer, x: mx.array, cache, window: int | None) -> mx.array:
+    """The block's attention of normed `(B, D)` inputs, through its output projection."""
+    attn = layer.block.self_attn
     num_heads, num_kv_heads, head_dim = layer.heads
-    x = block.input_layernorm(h)
-    y = layer.qkv(x).reshape(h.shape[0], num_heads + 2 * num_kv_heads, 1, head_dim)
+    y = layer.qkv(x).reshape(x.shape[0], num_heads + 2 * num_kv_heads, 1, head_dim)
     q, k, v = mx.split(y, [num_heads, num_heads + num_kv_heads], axis=1)
-    if hasattr(attn, "q_norm"):  # qwen3
+    if hasattr(attn, "q_norm"):  # qwen3, gemma3
         q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = attn.rope(q, offset=cache.offset), attn.rope(k, offset=cache.offset)
     k, v = cache.update_and_fetch(k, v)
     out = paged_scaled_dot_product_attention(q, k, v, cache, scale=attn.scale,
                                              mask=PagedMask(window))  # fmt: skip
-    h = h + attn.o_proj(out.reshape(h.shape[0], -1))
-    gate, up = layer.gate_up(block.post_attention_layernorm(h))
-    return h + block.mlp.down_proj(swiglu(gate, up))
+    return attn.o_proj(out.reshape(x.shape[0], -1))
+
+
+def _llama_step(layer: LeanLayer, h: mx.array, cache, window: int | None) -> mx.array:
+    """One block on `(B, D)` hidden states, as mlx-lm's block computes it for one token."""
+    block = layer.block
+    h = h + _attention(layer, block.input_layernorm(h), cache, window)
+    return h + layer.mlp(block.post_attention_layernorm(h))
+
+
+def _gemma3_step(layer: LeanLayer, h: mx.array, cache, window: int | None) -> mx.array:
+    """gemma3's block: normed attention and MLP outputs, each added by `clip_residual`."""
+    block = layer.block
+    r = _attention(layer, block.input_layernorm(h), cache, window)
+    h = clip_residual(h, block.post_attention_layernorm(r))
+    r = layer.mlp(block.pre_feedforward_layernorm(h))
+    return clip_residual(h, block.post_feedforward_layernorm(r))
 
 
 def build_lean_decode(model, windows: list[int | None]) -> LeanDecode | None:
@@ -90,7 +111,7 @@ def build_lean_decode(model, windows: list[int | None]) -> LeanDecode | None:
         logger.info("decode steps run mlx-lm's forward: %s", why)
         return None
     logger.info("decode steps run the lean forward (%s, %d layers)", family, len(layers))
-    return LeanDecode(inner, layers, windows)
+    return LeanDecode(inner, layers, windows, gemma=family == "gemma3_text")
 
 
 def _refusal(family, inner, windows) -> str | None:
@@ -102,17 +123,33 @@ def _refusal(family, inner, windows) -> str | None:
 
 
 def _lean_layer(block) -> LeanLayer | None:
-    """`block`'s stacked projections (None, with nothing changed, where they do not stack);
-    fused q, k, v first, so a refused gate/up leaves only q, k, v stacked (which mlx-lm's own
-    calls read as views all the same)."""
-    attn, mlp = block.self_attn, block.mlp
-    if hasattr(attn, "qkv_proj"):  # phi3 keeps them stacked
-        rows = attn.n_heads * attn.head_dim
-        return LeanLayer(block, attn.qkv_proj, lambda x: mx.split(mlp.gate_up_proj(x), 2, -1),
-                         (attn.n_heads, attn.n_kv_heads, rows // attn.n_heads))  # fmt: skip
+    """`block`'s stacked projections (None, with nothing changed, where they do not stack)."""
+    attn = block.self_attn
+    mlp = block.mlp if "mlp" in block else block.block_sparse_moe  # mixtral's name
+    num_heads = getattr(attn, "n_heads", None) or attn.num_heads  # mixtral's names
+    num_kv_heads = getattr(attn, "n_kv_heads", None) or attn.num_key_value_heads
+    if hasattr(attn, "qkv_proj"):  # phi3 keeps them stacked, gate and up too
+        heads = (num_heads, num_kv_heads, attn.head_dim)
+        return LeanLayer(block, attn.qkv_proj, mlp, heads)
     qkv = fuse_projections([attn.q_proj, attn.k_proj, attn.v_proj])
-    gate_up = fuse_projections([mlp.gate_proj, mlp.up_proj]) if qkv is not None else None
-    if gate_up is None:
+    if qkv is None:
         return None
-    head_dim = qkv.rows[0] // attn.n_heads
-    return LeanLayer(block, qkv.fused, gate_up, (attn.n_heads, attn.n_kv_heads, head_dim))
+    heads = (num_heads, num_kv_heads, qkv.rows[0] // num_heads)
+    if not hasattr(mlp, "gate_proj"):  # a mixture of experts: its own call
+        return LeanLayer(block, qkv.fused, mlp, heads)
+    gate_up = fuse_projections([mlp.gate_proj, mlp.up_proj])
+    if gate_up is None:  # q, k and v stay stacked: mlx-lm's calls read their views alike
+        return None
+    return LeanLayer(block, qkv.fused, _dense_mlp(mlp, gate_up), heads)
+
+
+def _dense_mlp(mlp, gate_up) -> Callable[[mx.array], mx.array]:
+    """`mlp`'s own computation, gate and up from the stacked matmul: SwiGLU, or gemma3's
+    approximate GELU times up."""
+    gelu = "gemma3" in type(mlp).__module__
+
+    def call(x: mx.array) -> mx.array:
+        gate, up = gate_up(x)
+        return mlp.down_proj(nn.gelu_approx(gate) * up if gelu else swiglu(gate, up))
+
+    return call

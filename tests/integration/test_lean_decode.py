@@ -1,7 +1,8 @@
-"""The lean decode step (`models/lean_decode.py`) of llama, mistral, qwen2, qwen3 and phi3: greedy
-tokens equal mlx-lm's own generation, eager and compiled, on plain and quantized weights; the
-projections it stacks are what the model's own (prefill) calls read; other families and
-`lean_decode="off"` keep mlx-lm's forward."""
+"""The lean decode step (`models/lean_decode.py`) of llama, mistral, qwen2, qwen3, phi3, gemma3
+and the MoE forms (qwen2_moe, qwen3_moe, mixtral): greedy tokens equal mlx-lm's own
+generation, eager and compiled, on plain and quantized weights; the projections it stacks are
+what the model's own (prefill) calls read; other families and `lean_decode="off"` keep
+mlx-lm's forward."""
 
 from __future__ import annotations
 
@@ -25,7 +26,11 @@ def mlx_lm_tokens(model) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("compile_decode", ["off", "on"])
-@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "qwen3", "phi3"])
+@pytest.mark.parametrize(
+    "model_type",
+    ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3_text", "qwen3_moe", "qwen2_moe",
+     "mixtral"],
+)  # fmt: skip
 def test_lean_steps_give_mlx_lms_tokens(tiny_model_dir, model_type, compile_decode):
     path = str(tiny_model_dir(model_type))
     expected = mlx_lm_tokens(load(path)[0])
@@ -50,7 +55,7 @@ def test_quantized_weights_stack_and_stay_exact(tiny_model_dir, tmp_path):
     expected = mlx_lm_tokens(load(str(path))[0])
     llm = LLM(str(path), num_blocks=64, block_size=4)
     layer = llm.engine.runner.lean.layers[0]
-    assert layer.qkv.__self__.rows == [128, 64, 64] and layer.gate_up.rows == [128, 128]
+    assert layer.qkv.__self__.rows == [128, 64, 64]
     got = llm.generate(PROMPTS, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
     assert [r.token_ids for r in got] == expected
 
@@ -67,7 +72,7 @@ def test_the_models_own_projections_read_the_stacked_weights(tiny_model_dir):
 
 
 def test_other_families_and_lean_off_keep_mlx_lms_forward(tiny_model_dir):
-    assert LLM(str(tiny_model_dir("gemma3_text")), num_blocks=32).engine.runner.lean is None
+    assert LLM(str(tiny_model_dir("gemma2")), num_blocks=32).engine.runner.lean is None
     path = str(tiny_model_dir("llama"))
     off = LLM(path, num_blocks=64, block_size=4, lean_decode="off")
     assert off.engine.runner.lean is None
