@@ -22,6 +22,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.activations import swiglu
 from mlx_lm.models.gemma3_text import clip_residual
+from mlx_lm.models.ministral3 import _get_llama_4_attn_scale
 
 from mlx_paged.kv.attention_hook import paged_scaled_dot_product_attention
 from mlx_paged.kv.paged_cache import PagedMask
@@ -31,8 +32,8 @@ logger = logging.getLogger(__name__)
 
 # mlx-lm model types whose layers `LeanDecode` runs (mistral loads as llama); gemma3 with its
 # own residual order (`_gemma3_step`).
-LEAN_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "qwen2_moe", "qwen3_moe",
-                 "mixtral", "gemma3_text")  # fmt: skip
+LEAN_FAMILIES = ("llama", "mistral", "ministral3", "qwen2", "qwen3", "phi3", "qwen2_moe",
+                 "qwen3_moe", "mixtral", "gemma3_text")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,22 +52,32 @@ class LeanDecode:
     a row (`tokens` `(B,)`) over paged `caches` (one a layer), with `windows[i]` the sliding
     window of layer i (None: full attention)."""
 
-    def __init__(self, inner, layers: list[LeanLayer], windows: list[int | None], gemma: bool):
+    def __init__(self, inner, layers: list[LeanLayer], windows: list[int | None], family: str):
         self.inner, self.layers, self.windows = inner, layers, windows
+        gemma = family == "gemma3_text"
         self.step = _gemma3_step if gemma else _llama_step
         self.embed_scale = inner.args.hidden_size**0.5 if gemma else None
+        # ministral3 scales its queries by position (llama 4's scaling).
+        self.position_scaling = inner.args.rope_parameters if family == "ministral3" else None
 
     def __call__(self, tokens: mx.array, caches: list) -> mx.array:
         h = self.inner.embed_tokens(tokens)
         if self.embed_scale is not None:  # gemma3 scales its embeddings, rounded to bf16
             h = h * mx.array(self.embed_scale, mx.bfloat16).astype(h.dtype)
+        scale = None
+        if self.position_scaling is not None:
+            rope = self.position_scaling
+            scale = _get_llama_4_attn_scale(1, caches[0].offset, rope["llama_4_scaling_beta"],
+                                            rope["original_max_position_embeddings"])  # fmt: skip
+            scale = scale.astype(h.dtype)
         for layer, cache, window in zip(self.layers, caches, self.windows):
-            h = self.step(layer, h, cache, window)
+            h = self.step(layer, h, cache, window, scale)
         return self.inner.norm(h)
 
 
-def _attention(layer: LeanLayer, x: mx.array, cache, window: int | None) -> mx.array:
-    """The block's attention of normed `(B, D)` inputs, through its output projection."""
+def _attention(layer: LeanLayer, x: mx.array, cache, window: int | None, scale) -> mx.array:
+    """The block's attention of normed `(B, D)` inputs, through its output projection; `scale`
+    multiplies the RoPE'd queries where not None."""
     attn = layer.block.self_attn
     num_heads, num_kv_heads, head_dim = layer.heads
     y = layer.qkv(x).reshape(x.shape[0], num_heads + 2 * num_kv_heads, 1, head_dim)
@@ -75,22 +86,24 @@ def _attention(layer: LeanLayer, x: mx.array, cache, window: int | None) -> mx.a
         q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = attn.rope(q, offset=cache.offset), attn.rope(k, offset=cache.offset)
     k, v = cache.update_and_fetch(k, v)
+    if scale is not None:
+        q = q * scale
     out = paged_scaled_dot_product_attention(q, k, v, cache, scale=attn.scale,
                                              mask=PagedMask(window))  # fmt: skip
     return attn.o_proj(out.reshape(x.shape[0], -1))
 
 
-def _llama_step(layer: LeanLayer, h: mx.array, cache, window: int | None) -> mx.array:
+def _llama_step(layer: LeanLayer, h: mx.array, cache, window: int | None, scale) -> mx.array:
     """One block on `(B, D)` hidden states, as mlx-lm's block computes it for one token."""
     block = layer.block
-    h = h + _attention(layer, block.input_layernorm(h), cache, window)
+    h = h + _attention(layer, block.input_layernorm(h), cache, window, scale)
     return h + layer.mlp(block.post_attention_layernorm(h))
 
 
-def _gemma3_step(layer: LeanLayer, h: mx.array, cache, window: int | None) -> mx.array:
+def _gemma3_step(layer: LeanLayer, h: mx.array, cache, window: int | None, scale) -> mx.array:
     """gemma3's block: normed attention and MLP outputs, each added by `clip_residual`."""
     block = layer.block
-    r = _attention(layer, block.input_layernorm(h), cache, window)
+    r = _attention(layer, block.input_layernorm(h), cache, window, scale)
     h = clip_residual(h, block.post_attention_layernorm(r))
     r = layer.mlp(block.pre_feedforward_layernorm(h))
     return clip_residual(h, block.post_feedforward_layernorm(r))
@@ -100,8 +113,8 @@ def build_lean_decode(model, windows: list[int | None]) -> LeanDecode | None:
     """The lean decode step of `model` where its family and layers allow, stacking its q, k, v
     and gate, up weights (the model's own calls then read views of them); else None, logged.
     Build it before `cache_weight_views`, so those views are of the stacked weights."""
-    family = getattr(model, "model_type", None)
-    inner = getattr(model, "model", None)
+    text = getattr(model, "language_model", model)  # a wrapper's text model (mistral3)
+    family, inner = getattr(text, "model_type", None), getattr(text, "model", None)
     why = _refusal(family, inner, windows)
     if why is None:
         layers = [_lean_layer(block) for block in inner.layers]
@@ -111,7 +124,7 @@ def build_lean_decode(model, windows: list[int | None]) -> LeanDecode | None:
         logger.info("decode steps run mlx-lm's forward: %s", why)
         return None
     logger.info("decode steps run the lean forward (%s, %d layers)", family, len(layers))
-    return LeanDecode(inner, layers, windows, gemma=family == "gemma3_text")
+    return LeanDecode(inner, layers, windows, family)
 
 
 def _refusal(family, inner, windows) -> str | None:

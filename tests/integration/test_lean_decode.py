@@ -1,8 +1,8 @@
-"""The lean decode step (`models/lean_decode.py`) of llama, mistral, qwen2, qwen3, phi3, gemma3
-and the MoE forms (qwen2_moe, qwen3_moe, mixtral): greedy tokens equal mlx-lm's own
-generation, eager and compiled, on plain and quantized weights; the projections it stacks are
-what the model's own (prefill) calls read; other families and `lean_decode="off"` keep
-mlx-lm's forward."""
+"""The lean decode step (`models/lean_decode.py`) of llama, mistral, ministral3 (also inside
+mistral3), qwen2, qwen3, phi3, gemma3 and the MoE forms (qwen2_moe, qwen3_moe, mixtral): greedy
+tokens equal mlx-lm's own generation, eager and compiled, on plain and quantized weights; the
+projections it stacks are what the model's own (prefill) calls read; other families and
+`lean_decode="off"` keep mlx-lm's forward."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def mlx_lm_tokens(model) -> list[list[int]]:
 @pytest.mark.parametrize("compile_decode", ["off", "on"])
 @pytest.mark.parametrize(
     "model_type",
-    ["llama", "mistral", "qwen2", "qwen3", "phi3", "gemma3_text", "qwen3_moe", "qwen2_moe",
-     "mixtral"],
+    ["llama", "mistral", "ministral3", "mistral3:ministral3", "qwen2", "qwen3", "phi3",
+     "gemma3_text", "qwen3_moe", "qwen2_moe", "mixtral"],
 )  # fmt: skip
 def test_lean_steps_give_mlx_lms_tokens(tiny_model_dir, model_type, compile_decode):
     path = str(tiny_model_dir(model_type))
