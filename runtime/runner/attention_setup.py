@@ -3,7 +3,9 @@ reference), compiled and warmed before serving; CUDA's bucketed prefill shapes; 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 
 import mlx.core as mx
 
@@ -145,9 +147,6 @@ def warm_up_kernels(
 
 def _warm_up_latent(backend: str, layout: KVLayout, block_size: int) -> None:
     """Compile the latent-attention kernels' two passes, logging each."""
-    import dataclasses
-    import time
-
     from mlx_paged.kernels.latent_attention import build, spec_for
 
     first = spec_for(backend, layout.dtype, layout.head_dim, layout.value_head_dim, block_size)
