@@ -33,6 +33,7 @@ def latent_attention_reference(
     query_positions: mx.array,
     *,
     scale: float,
+    mask: mx.array | None = None,
 ) -> mx.array:
     """Absorbed-form attention of `(B, H, L, R)` latent queries and `(B, H, L, P)` RoPE queries
     over paged latent rows; returns `(B, H, L, R)`, still in the latent space.
@@ -44,8 +45,11 @@ def latent_attention_reference(
         query_positions: `(B, L)` position of each query token.
         scale: softmax scale of the full query head (`(nope + rope dims) ** -0.5`, or the
             model's own).
+        mask: `(B, 1, L, T)` keys each query sees (a sparse selection); None: every key up
+            to its position.
     """
     latent, rope = gather_kv(latent_pages, rope_pages, block_tables)
-    mask = paged_attention_mask(query_positions, context_lens, latent.shape[2])
+    if mask is None:
+        mask = paged_attention_mask(query_positions, context_lens, latent.shape[2])
     bias = rope_scores(q_rope, rope, mask, scale)
     return mx.fast.scaled_dot_product_attention(q_latent, latent, latent, scale=scale, mask=bias)

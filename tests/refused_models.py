@@ -56,7 +56,6 @@ REFUSED_FAMILIES = {
         "num_kv_heads": 2,
     },
     "plamo2": {},
-    "deepseek_v32": {},
     "iquestloopcoder": {},
     "mamba": {
         "state_size": 2,

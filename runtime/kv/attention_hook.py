@@ -216,20 +216,8 @@ def install_attention_hook() -> int:
     return patched
 
 
-# Families refused for a reason of their own, said in full.
-REFUSED_BECAUSE = {
-    model_type: "DeepSeek Sparse Attention picks each query's keys with an indexer whose keys "
-    "the paged KV path does not keep on pages yet"
-    for model_type in ("deepseek_v32", "glm_moe_dsa")
-}
-
-
 def check_model_supported(model_type: str) -> None:
     """Raise a clear error for model families the paged path would get wrong."""
-    if model_type in REFUSED_BECAUSE:
-        raise ValueError(
-            f"model type {model_type!r}: {REFUSED_BECAUSE[model_type]}; use --kv-paged off"
-        )
     if model_type in UNSUPPORTED_MODEL_TYPES:
         raise ValueError(
             f"model type {model_type!r} does not run its attention through mlx-lm's "

@@ -16,6 +16,7 @@ from mlx_lm.models import (
     bailing_moe_v3,
     deepseek_v2,
     deepseek_v3,
+    deepseek_v32,
     glm4_moe_lite,
     kimi_linear,
     longcat_flash,
@@ -27,6 +28,7 @@ from mlx_lm.models.mla import MultiLinear
 
 from mlx_paged.kv.latent_attention import latent_attention
 from mlx_paged.kv.paged_cache import PagedLayerCache
+from mlx_paged.kv.sparse_selection import index_selection
 
 
 def _on_pages(cache) -> bool:
@@ -34,15 +36,15 @@ def _on_pages(cache) -> bool:
     return isinstance(cache, PagedLayerCache) or hasattr(cache, "observe_attention")
 
 
-def latent_inputs(attn, x: mx.array, offset):
+def latent_inputs(attn, x: mx.array, offset, qr: mx.array | None = None):
     """`(q_nope, q_rope, latent, rope)` of `x` `(B, L, D)`, projected, scaled and RoPE'd as the
     MLA module `attn` does: queries `(B, H, L, ...)`, latent rows `(B, 1, L, R)`, RoPE keys
-    `(B, 1, L, P)`."""
+    `(B, 1, L, P)`; `qr`: the query LoRA's normed output, where the caller has it."""
     b, length, _ = x.shape
     if getattr(attn, "q_lora_rank", None) is None:
         q = attn.q_proj(x)
     else:
-        q = attn.q_b_proj(attn.q_a_layernorm(attn.q_a_proj(x)))
+        q = attn.q_b_proj(qr if qr is not None else attn.q_a_layernorm(attn.q_a_proj(x)))
     heads = attn.embed_q.weight.shape[0]
     q = q.reshape(b, length, heads, -1).transpose(0, 2, 1, 3)
     if getattr(attn, "mla_scale_q_lora", None) is not None:  # longcat_flash
@@ -104,6 +106,22 @@ class ScaledQueryAttention(LatentAttention):
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1))
 
 
+class SparseLatentAttention(LatentAttention):
+    """DeepSeek Sparse Attention (deepseek_v32, glm_moe_dsa): MLA whose queries each attend to
+    the keys its indexer picks; its cache is the latent pages and the indexer's key pages
+    (`sparse_selection.py`)."""
+
+    def __call__(self, x, mask=None, cache=None):
+        if cache is None or not _on_pages(cache[0]):
+            return super(LatentAttention, self).__call__(x, mask=mask, cache=cache)
+        latent_cache, index_cache = cache[0], cache[1]
+        qr = self.q_a_layernorm(self.q_a_proj(x))
+        parts = latent_inputs(self, x, latent_cache.offset, qr)
+        sparse = index_selection(self.indexer, x, qr, index_cache, latent_cache.offset)
+        out = latent_attention(*parts, latent_cache, self, sparse)
+        return self.o_proj(out.transpose(0, 2, 1, 3).reshape(*x.shape[:2], -1))
+
+
 class ExpandedLatentAttention(LatentAttention):
     """MLA that mlx-lm runs expanded, caching per-head keys and values (deepseek_v2,
     minicpm3, youtu_llm): on pages it caches the latent rows instead, with `embed_q` and
@@ -142,6 +160,7 @@ LATENT_ADAPTERS = {
         (mistral4.Mistral4Attention, ScaledQueryAttention),
         (bailing_hybrid.MultiLatentAttention, DenseOutput),
         (bailing_moe_v3.BailingMLA, GatedOutput),
+        (deepseek_v32.DeepseekV32Attention, SparseLatentAttention),
         (deepseek_v2.DeepseekV2Attention, ExpandedLatentAttention),
         (minicpm3.Attention, ExpandedLatentAttention),
         (youtu_llm.YoutuLLMAttention, ExpandedLatentAttention),

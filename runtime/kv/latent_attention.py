@@ -19,7 +19,7 @@ from mlx_paged.kernels.paged_attention_reference import gather_kv, paged_attenti
 from mlx_paged.kv.paged_cache import PagedLayerCache
 
 
-def latent_attention(q_nope, q_rope, latent, rope, cache, attn) -> mx.array:
+def latent_attention(q_nope, q_rope, latent, rope, cache, attn, sparse=None) -> mx.array:
     """Write this forward's latent rows into `cache` and attend.
 
     Args:
@@ -27,6 +27,7 @@ def latent_attention(q_nope, q_rope, latent, rope, cache, attn) -> mx.array:
         latent, rope: this forward's `(B, 1, L, R)` latent rows and `(B, 1, L, P)` RoPE keys.
         cache: a `PagedLayerCache`, or the layout probe's recording cache.
         attn: the MLA module: its `embed_q`, `unembed_out` and `scale`.
+        sparse: DeepSeek Sparse Attention's selection (`SparseSelection`), or None.
 
     Returns:
         `(B, H, L, V)` per-head outputs, before the output projection.
@@ -34,24 +35,30 @@ def latent_attention(q_nope, q_rope, latent, rope, cache, attn) -> mx.array:
     latent, rope = cache.update_and_fetch(latent, rope)
     if not isinstance(cache, PagedLayerCache):  # the load's probe sees a forward from 0
         cache.observe_attention(q_nope, latent, rope, None, latent=True)
-        return _expanded(q_nope, q_rope, latent, rope, _causal(q_nope.shape[2]), attn)
+        return _expanded(q_nope, q_rope, latent, rope, _own_mask(q_nope, sparse), attn)
     meta = cache.metadata
     if meta.rope_in_attention:
         raise ValueError("latent attention cannot fuse RoPE into attention: use --fused-rope off")
     if meta.decode_rows is not None:
-        return _mixed(q_nope, q_rope, cache, attn)
+        return _mixed(q_nope, q_rope, cache, attn, sparse)
     if meta.num_query_tokens == 1:
-        return _decode(q_nope, q_rope, cache, meta, attn)
+        return _decode(q_nope, q_rope, cache, meta, attn, sparse)
     if meta.starts_at_zero:
         cache.pool.attention_calls["latent_causal", "prefill"] += 1
-        return _expanded(q_nope, q_rope, latent, rope, _causal(q_nope.shape[2]), attn)
-    return _prefill_rows(q_nope, q_rope, cache, attn)
+        return _expanded(q_nope, q_rope, latent, rope, _own_mask(q_nope, sparse), attn)
+    return _prefill_rows(q_nope, q_rope, cache, attn, sparse)
 
 
-def _causal(length: int) -> mx.array:
-    """`(1, 1, L, L)`: rows that start at position 0, padded at their end, see their own
-    earlier tokens only, so their padding stays out of their real queries' view."""
-    return mx.tril(mx.ones((length, length), dtype=mx.bool_))[None, None]
+def _own_mask(q_nope, sparse) -> mx.array:
+    """`(1 or B, 1, L, L)`: rows that start at position 0, padded at their end, see their own
+    earlier tokens only, so their padding stays out of their real queries' view; with `sparse`,
+    only the tokens it keeps."""
+    batch, _, length, _ = q_nope.shape
+    causal = mx.tril(mx.ones((length, length), dtype=mx.bool_))[None, None]
+    if sparse is None:
+        return causal
+    visible = mx.broadcast_to(causal, (batch, 1, length, length))
+    return sparse.keep(sparse.queries, sparse.weights, sparse.new_keys, visible)
 
 
 def _expanded(q_nope, q_rope, latent, rope, mask, attn) -> mx.array:
@@ -63,11 +70,21 @@ def _expanded(q_nope, q_rope, latent, rope, mask, attn) -> mx.array:
     return mx.fast.scaled_dot_product_attention(q_nope, keys, values, scale=attn.scale, mask=bias)
 
 
-def _decode(q_nope, q_rope, cache, meta, attn) -> mx.array:
+def _decode(q_nope, q_rope, cache, meta, attn, sparse=None, rows=slice(None)) -> mx.array:
     """One query a row, absorbed: the latent queries over the latent pages, on the kernels
-    where the pool has a decode backend."""
+    where the pool has a decode backend and no sparse selection narrows the keys (`rows`:
+    the selection's rows these are)."""
     pool = cache.pool
     pages = (cache.k_pages, cache.v_pages, meta.block_tables, meta.context_lens)
+    if sparse is not None:
+        pool.attention_calls["latent_sparse", "decode"] += 1
+        keys = sparse.keys(meta.block_tables)
+        visible = paged_attention_mask(meta.query_positions, meta.context_lens, keys.shape[2])
+        keep = sparse.keep(sparse.queries[rows], sparse.weights[rows], keys, visible)
+        out = latent_attention_reference(attn.embed_q(q_nope), q_rope, *pages,
+                                         meta.query_positions, scale=attn.scale,
+                                         mask=keep)  # fmt: skip
+        return attn.unembed_out(out)
     if pool.decode_backend is not None:
         pool.attention_calls["latent_kernel", "decode"] += 1
         out = latent_attention_decode(attn.embed_q(q_nope), q_rope, *pages, scale=attn.scale,
@@ -79,22 +96,29 @@ def _decode(q_nope, q_rope, cache, meta, attn) -> mx.array:
     return attn.unembed_out(out)
 
 
-def _row_context(cache, start: int, count: int, table: mx.array):
+def _row_context(cache, start: int, count: int, table: mx.array, sparse=None, queries=None):
     """A chunk's context, `(1, 1, T, R)` latent and `(1, 1, T, P)` RoPE rows of its blocks,
-    and the `(1, 1, count, T)` mask of its queries at positions `start...`."""
+    and the `(1, 1, count, T)` mask of its queries at positions `start...`; with `sparse`, of
+    the keys it keeps for the chunk's indexer `queries` (its queries and weights)."""
     latent, rope = gather_kv(cache.k_pages, cache.v_pages, table[None])
     positions = (start + mx.arange(count))[None]
     lens = mx.array([start + count], mx.int32)
-    return latent, rope, paged_attention_mask(positions, lens, latent.shape[2])
+    mask = paged_attention_mask(positions, lens, latent.shape[2])
+    if sparse is not None:
+        mask = sparse.keep(*queries, sparse.keys(table[None]), mask)
+    return latent, rope, mask
 
 
-def _prefill_rows(q_nope, q_rope, cache, attn) -> mx.array:
+def _prefill_rows(q_nope, q_rope, cache, attn, sparse=None) -> mx.array:
     """Each prefill row's queries over its gathered context; padding rows come out as zeros."""
     width = q_nope.shape[2]
     outs = []
     for row, (start, count, table) in enumerate(cache.metadata.prefill_rows):
         cache.pool.attention_calls["latent_rows", "prefill"] += 1
-        latent, rope, mask = _row_context(cache, start, count, table)
+        index = None
+        if sparse is not None:
+            index = [x[row : row + 1, :, :count] for x in (sparse.queries, sparse.weights)]
+        latent, rope, mask = _row_context(cache, start, count, table, sparse, index)
         q = (q_nope[row : row + 1, :, :count], q_rope[row : row + 1, :, :count])
         out = _expanded(*q, latent, rope, mask, attn)
         if count < width:
@@ -103,16 +127,20 @@ def _prefill_rows(q_nope, q_rope, cache, attn) -> mx.array:
     return mx.concatenate(outs) if len(outs) > 1 else outs[0]
 
 
-def _mixed(q_nope, q_rope, cache, attn) -> mx.array:
+def _mixed(q_nope, q_rope, cache, attn, sparse=None) -> mx.array:
     """A decode forward that runs prefill chunks: the decode rows attend as a decode step does,
     then each chunk's tokens (rows of one token, in order) over the chunk's context."""
     decode = cache.metadata.decode_rows
     rows = decode.context_lens.shape[0]
-    outs = [_decode(q_nope[:rows], q_rope[:rows], cache, decode, attn)]
+    outs = [_decode(q_nope[:rows], q_rope[:rows], cache, decode, attn, sparse, slice(0, rows))]
     at = rows
     for start, count, table in cache.metadata.prefill_rows:
         cache.pool.attention_calls["latent_rows", "prefill"] += 1
-        latent, rope, mask = _row_context(cache, start, count, table)
+        index = None
+        if sparse is not None:
+            index = [x[at : at + count].transpose(2, 1, 0, 3) for x in
+                     (sparse.queries, sparse.weights)]  # fmt: skip
+        latent, rope, mask = _row_context(cache, start, count, table, sparse, index)
         chunk = [q[at : at + count].transpose(2, 1, 0, 3) for q in (q_nope, q_rope)]
         outs.append(_expanded(*chunk, latent, rope, mask, attn).transpose(2, 1, 0, 3))
         at += count

@@ -1,7 +1,9 @@
 """Multi-head latent attention (MLA) on latent pages: each token keeps one latent row and one RoPE
 key row a layer, for every family mlx-lm runs MLA in, those it runs expanded (deepseek_v2,
-minicpm3, youtu_llm) included. Greedy tokens equal mlx-lm's own single-sequence generation cold,
-from the prefix cache, and in a pool small enough to preempt."""
+minicpm3, youtu_llm) and DeepSeek Sparse Attention (deepseek_v32, glm_moe_dsa: each query keeps
+the 8 keys its indexer picks, from index keys on pages) included. Greedy tokens equal mlx-lm's
+own single-sequence generation cold, from the prefix cache, and in a pool small enough to
+preempt."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from mlx_paged import LLM, SamplingParams
 
 FAMILIES = [
     "deepseek_v3",
+    "deepseek_v32",
+    "glm_moe_dsa",
     "kimi_k25:deepseek_v3",
     "glm4_moe_lite",
     "mistral4",
@@ -52,8 +56,11 @@ def test_latent_tokens_equal_mlx_lm_cold_cached_and_preempted(tiny_model_dir, mo
     assert [r.token_ids for r in again] == expected
     assert [r.num_cached_tokens for r in again] == [16, 0, 36]
     calls = llm.engine.runner.pool.attention_calls
-    assert calls["latent_reference", "decode"] and calls["latent_rows", "prefill"]
-    assert {path for path, _ in calls} <= {"latent_reference", "latent_rows", "latent_causal"}
+    sparse = model_type in ("deepseek_v32", "glm_moe_dsa")  # DeepSeek Sparse Attention
+    assert calls["latent_sparse" if sparse else "latent_reference", "decode"]
+    assert calls["latent_rows", "prefill"]
+    paths = {"latent_sparse" if sparse else "latent_reference", "latent_rows", "latent_causal"}
+    assert {path for path, _ in calls} <= paths
 
     small = LLM(path, num_blocks=18, block_size=4)
     assert [r.token_ids for r in small.generate(PROMPTS, params)] == expected
@@ -72,9 +79,10 @@ def test_pages_hold_one_latent_row_and_one_rope_key_row_a_token(tiny_model_dir, 
     assert token_bytes == len(pool.pages) * (rank + rope) * pool.dtype.size
 
 
-def test_chunked_prefill_rides_with_decode_rows_exactly(tiny_model_dir):
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "deepseek_v32"])
+def test_chunked_prefill_rides_with_decode_rows_exactly(tiny_model_dir, model_type):
     """A long prompt prefilled in chunks beside running decode rows (the mixed forward)."""
-    path = str(tiny_model_dir("deepseek_v3"))
+    path = str(tiny_model_dir(model_type))
     prompts = [list(range(5, 12)), list(range(20, 90))]
     expected = mlx_lm_tokens(path, prompts, 16)
     llm = LLM(path, num_blocks=64, block_size=4, max_num_seqs=4, max_num_batched_tokens=9,
@@ -83,12 +91,20 @@ def test_chunked_prefill_rides_with_decode_rows_exactly(tiny_model_dir):
     assert [r.token_ids for r in got] == expected
 
 
+def test_index_keys_sit_beside_the_latent_rows_half_on_each_side(tiny_model_dir):
+    """DeepSeek Sparse Attention: a layer's indexer keys (16 values) are an attention slot of
+    their own, 8 values a side, so a token costs 32 + 8 + 16 values a layer."""
+    llm = LLM(str(tiny_model_dir("deepseek_v32")), num_blocks=16, block_size=4)
+    pool = llm.engine.runner.pool
+    shapes = [(p.k.shape[-1], p.v.shape[-1]) for p in pool.pages]
+    assert shapes == [(32, 8), (8, 8)] * 2
+    assert pool.nbytes // (16 * 4) == 2 * (32 + 8 + 16) * pool.dtype.size
+
+
 def test_latent_pages_refuse_what_they_do_not_take(tiny_model_dir):
     path = str(tiny_model_dir("deepseek_v3"))
     with pytest.raises(ValueError, match="fused RoPE needs one K/V shape"):
         LLM(path, num_blocks=16, fused_rope="on")
-    with pytest.raises(ValueError, match="--kv-paged off"):
-        LLM(str(tiny_model_dir("deepseek_v32")), num_blocks=16)
 
 
 @pytest.mark.parametrize("bits", [8, 4])
@@ -114,11 +130,11 @@ def test_quantized_latent_pages_pack_both_sides_and_stay_close(tiny_model_dir, t
     assert [r.token_ids for r in again] == [r.token_ids for r in got]
 
 
+@pytest.mark.parametrize("model_type", ["deepseek_v3", "deepseek_v32"])
 @pytest.mark.parametrize("options", [{"draft_model": "ngram"}, {"compile_decode": "on"}])
-def test_speculative_and_compiled_decode_steps_on_latent_pages_stay_exact(tiny_model_dir,
-                                                                          options):  # fmt: skip
+def test_speculative_and_compiled_steps_stay_exact(tiny_model_dir, options, model_type):
     """Prompt lookup's verify rows are decode rows of the latent path; so are compiled steps."""
-    path = str(tiny_model_dir("deepseek_v3"))
+    path = str(tiny_model_dir(model_type))
     prompts = [list(range(5, 24)) * 2, [11, 12, 13] * 4]
     expected = mlx_lm_tokens(path, prompts, 16)
     llm = LLM(path, num_blocks=64, block_size=4, **options)

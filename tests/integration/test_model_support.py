@@ -17,7 +17,6 @@ REFUSED = {
     "scaled_dot_product_attention 0 times",
     "iquestloopcoder": "attention layer 2 cached K/V 1 times and attended through mlx-lm's "
     "scaled_dot_product_attention 2 times",
-    "deepseek_v32": "DeepSeek Sparse Attention picks each query's keys with an indexer",
     "afm7": "this model's forward fails with paged K/V caches",
     "gemma3n:gemma3n_text": "this model's forward fails with paged K/V caches",
     "deepseek_v41": "layer 0 keeps a LayerCache, a cache the paged KV path has no pages",
@@ -110,11 +109,3 @@ def test_v_heads_of_another_size_than_k_take_16_bit_pages_and_the_simt_kernels(t
     # At K and V head sizes the kernels are generated for, the SIMT kernels take the layer.
     _check_kernel_shape("cuda", dataclasses.replace(shape, head_dim=192, value_head_dim=128), 16,
                         (16, 16, 0))  # fmt: skip
-
-
-@pytest.mark.parametrize("model_type", ["deepseek_v32", "glm_moe_dsa"])
-def test_sparse_attention_is_refused_by_name_with_its_reason(model_type):
-    from mlx_paged.kv.attention_hook import check_model_supported
-
-    with pytest.raises(ValueError, match="indexer whose keys .* on pages yet; use --kv-paged off"):
-        check_model_supported(model_type)
