@@ -114,6 +114,8 @@ def _print_method(name: str, entry: dict) -> None:
 ENGINE_METHODS = {
     "paged_kernel": dict(paged_attention="kernel"),  # the defaults: compiled steps
     "paged_kernel_eager": dict(paged_attention="kernel", compile_decode="off"),
+    # mlx-lm's own forward for decode steps, against the lean step the defaults run.
+    "paged_kernel_mlx_lm_forward": dict(paged_attention="kernel", lean_decode="off"),
     "paged_kernel_fused_rope": dict(paged_attention="kernel", fused_rope="auto"),
     "paged_kernel_fused_rope_eager": dict(
         paged_attention="kernel", fused_rope="auto", compile_decode="off"

@@ -9,6 +9,7 @@ DECODE_RUNS = tuple(f"h200-decode-llama1b-b{b}.json" for b in (1, 8, 64))
 DECODE_METHODS = {
     "paged_kernel": "paged + kernel (defaults: compiled steps)",
     "paged_kernel_eager": "paged + kernel, steps built eagerly",
+    "paged_kernel_mlx_lm_forward": "paged + kernel, mlx-lm's forward (`--lean-decode off`)",
     "paged_kernel_fused_rope": "paged + `decode_rope` kernel, compiled",
     "paged_kernel_fused_rope_eager": "paged + `decode_rope` kernel, eager",
     "batch_generator": "mlx-lm `BatchGenerator`",
