@@ -51,10 +51,12 @@ def run_kernels(args: argparse.Namespace) -> int:
 
 def _list(backend: str | None) -> int:
     from mlx_paged.kernels.catalog import all_specs
+    from mlx_paged.kernels.latent_attention import latent_specs
 
     count = 0
     for name in [backend] if backend else ["metal", "cuda"]:
-        for spec in all_specs(name):
+        # The MLA kernels come at each model's latent size: a sample of them.
+        for spec in all_specs(name) + latent_specs(name):
             print(spec.name)
             count += 1
     print(f"{count} specs", file=sys.stderr)
