@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -27,6 +28,7 @@ from mlx_lm.models.ministral3 import _get_llama_4_attn_scale
 from mlx_paged.kv.attention_hook import paged_scaled_dot_product_attention
 from mlx_paged.kv.paged_cache import PagedMask
 from mlx_paged.models.fused_projections import fuse_projections
+from mlx_paged.models.lean_latent import LATENT_FAMILIES, latent_attend
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +40,15 @@ LEAN_FAMILIES = ("llama", "mistral", "ministral3", "qwen2", "qwen3", "phi3", "qw
 
 @dataclass(frozen=True)
 class LeanLayer:
-    """One transformer block: `qkv(x)` its queries, keys and values side by side, `mlp(x)`
-    its feed-forward (stacked gate and up where dense, the block's own MoE call else)."""
+    """One transformer block: `qkv` its stacked input projections (`FusedProjections`, or
+    phi3's own), `attend(x, cache, window, scale)` its attention of normed `(B, D)` inputs
+    through its output projection, `mlp(x)` its feed-forward (stacked gate and up where dense,
+    the block's own MoE call else)."""
 
     block: object
-    qkv: Callable[[mx.array], mx.array]
+    qkv: object
+    attend: Callable
     mlp: Callable[[mx.array], mx.array]
-    heads: tuple[int, int, int]  # query heads, KV heads, head size
 
 
 class LeanDecode:
@@ -75,12 +79,12 @@ class LeanDecode:
         return self.inner.norm(h)
 
 
-def _attention(layer: LeanLayer, x: mx.array, cache, window: int | None, scale) -> mx.array:
-    """The block's attention of normed `(B, D)` inputs, through its output projection; `scale`
+def _attention(attn, qkv, heads, x: mx.array, cache, window: int | None, scale) -> mx.array:
+    """`attn`'s attention of normed `(B, D)` inputs, its queries, keys and values from `qkv` in
+    `heads` (query heads, KV heads, head size), through its output projection; `scale`
     multiplies the RoPE'd queries where not None."""
-    attn = layer.block.self_attn
-    num_heads, num_kv_heads, head_dim = layer.heads
-    y = layer.qkv(x).reshape(x.shape[0], num_heads + 2 * num_kv_heads, 1, head_dim)
+    num_heads, num_kv_heads, head_dim = heads
+    y = qkv(x).reshape(x.shape[0], num_heads + 2 * num_kv_heads, 1, head_dim)
     q, k, v = mx.split(y, [num_heads, num_heads + num_kv_heads], axis=1)
     if hasattr(attn, "q_norm"):  # qwen3, gemma3
         q, k = attn.q_norm(q), attn.k_norm(k)
@@ -96,14 +100,14 @@ def _attention(layer: LeanLayer, x: mx.array, cache, window: int | None, scale) 
 def _llama_step(layer: LeanLayer, h: mx.array, cache, window: int | None, scale) -> mx.array:
     """One block on `(B, D)` hidden states, as mlx-lm's block computes it for one token."""
     block = layer.block
-    h = h + _attention(layer, block.input_layernorm(h), cache, window, scale)
+    h = h + layer.attend(block.input_layernorm(h), cache, window, scale)
     return h + layer.mlp(block.post_attention_layernorm(h))
 
 
 def _gemma3_step(layer: LeanLayer, h: mx.array, cache, window: int | None, scale) -> mx.array:
     """gemma3's block: normed attention and MLP outputs, each added by `clip_residual`."""
     block = layer.block
-    r = _attention(layer, block.input_layernorm(h), cache, window, scale)
+    r = layer.attend(block.input_layernorm(h), cache, window, scale)
     h = clip_residual(h, block.post_attention_layernorm(r))
     r = layer.mlp(block.pre_feedforward_layernorm(h))
     return clip_residual(h, block.post_feedforward_layernorm(r))
@@ -114,10 +118,12 @@ def build_lean_decode(model, windows: list[int | None]) -> LeanDecode | None:
     and gate, up weights (the model's own calls then read views of them); else None, logged.
     Build it before `cache_weight_views`, so those views are of the stacked weights."""
     text = getattr(model, "language_model", model)  # a wrapper's text model (mistral3)
-    family, inner = getattr(text, "model_type", None), getattr(text, "model", None)
+    family = getattr(text, "model_type", None) or getattr(getattr(text, "args", None),
+                                                          "model_type", None)  # fmt: skip
+    inner = getattr(text, "model", None)
     why = _refusal(family, inner, windows)
     if why is None:
-        layers = [_lean_layer(block) for block in inner.layers]
+        layers = [_lean_layer(block, family in LATENT_FAMILIES) for block in inner.layers]
         if any(layer is None for layer in layers):
             why = "its projections cannot be stacked (mixed kinds or quantization)"
     if why is not None:
@@ -128,32 +134,45 @@ def build_lean_decode(model, windows: list[int | None]) -> LeanDecode | None:
 
 
 def _refusal(family, inner, windows) -> str | None:
-    if family not in LEAN_FAMILIES:
-        return f"the lean forward covers {', '.join(LEAN_FAMILIES)}, not {family}"
+    if family not in LEAN_FAMILIES + LATENT_FAMILIES:
+        covered = ", ".join(LEAN_FAMILIES + LATENT_FAMILIES)
+        return f"the lean forward covers {covered}, not {family}"
     if inner is None or len(getattr(inner, "layers", ())) != len(windows):
         return "its layers are not one attention cache each"
     return None
 
 
-def _lean_layer(block) -> LeanLayer | None:
-    """`block`'s stacked projections (None, with nothing changed, where they do not stack)."""
+def _lean_layer(block, latent: bool) -> LeanLayer | None:
+    """`block`'s stacked projections (None, with nothing changed, where they do not stack);
+    `latent`: its attention is MLA (`lean_latent.py`)."""
     attn = block.self_attn
     mlp = block.mlp if "mlp" in block else block.block_sparse_moe  # mixtral's name
+    if latent:
+        found = latent_attend(attn)
+        return None if found is None else _with_mlp(block, found[1], found[0], mlp)
     num_heads = getattr(attn, "n_heads", None) or attn.num_heads  # mixtral's names
     num_kv_heads = getattr(attn, "n_kv_heads", None) or attn.num_key_value_heads
     if hasattr(attn, "qkv_proj"):  # phi3 keeps them stacked, gate and up too
         heads = (num_heads, num_kv_heads, attn.head_dim)
-        return LeanLayer(block, attn.qkv_proj, mlp, heads)
+        return LeanLayer(block, attn.qkv_proj, partial(_attention, attn, attn.qkv_proj, heads),
+                         mlp)  # fmt: skip
     qkv = fuse_projections([attn.q_proj, attn.k_proj, attn.v_proj])
     if qkv is None:
         return None
     heads = (num_heads, num_kv_heads, qkv.rows[0] // num_heads)
-    if not hasattr(mlp, "gate_proj"):  # a mixture of experts: its own call
-        return LeanLayer(block, qkv.fused, mlp, heads)
+    return _with_mlp(block, qkv, partial(_attention, attn, qkv.fused, heads), mlp)
+
+
+def _with_mlp(block, qkv, attend, mlp) -> LeanLayer | None:
+    """The layer with `mlp`: its own call for a mixture of experts, gate and up stacked for a
+    dense one (None where they do not stack; the stacked attention projections stay, read as
+    views by mlx-lm's own calls all the same)."""
+    if not hasattr(mlp, "gate_proj"):
+        return LeanLayer(block, qkv, attend, mlp)
     gate_up = fuse_projections([mlp.gate_proj, mlp.up_proj])
-    if gate_up is None:  # q, k and v stay stacked: mlx-lm's calls read their views alike
+    if gate_up is None:
         return None
-    return LeanLayer(block, qkv.fused, _dense_mlp(mlp, gate_up), heads)
+    return LeanLayer(block, qkv, attend, _dense_mlp(mlp, gate_up))
 
 
 def _dense_mlp(mlp, gate_up) -> Callable[[mx.array], mx.array]:

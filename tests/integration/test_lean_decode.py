@@ -1,6 +1,7 @@
 """The lean decode step (`models/lean_decode.py`) of llama, mistral, ministral3 (also inside
-mistral3), qwen2, qwen3, phi3, gemma3 and the MoE forms (qwen2_moe, qwen3_moe, mixtral): greedy
-tokens equal mlx-lm's own generation, eager and compiled, on plain and quantized weights; the
+mistral3), qwen2, qwen3, phi3, gemma3, the MoE forms (qwen2_moe, qwen3_moe, mixtral) and the MLA
+families on latent pages (deepseek_v2, deepseek_v3, kimi_k25, glm4_moe_lite): greedy tokens
+equal mlx-lm's own generation, eager and compiled, on plain and quantized weights; the
 projections it stacks are what the model's own (prefill) calls read; other families and
 `lean_decode="off"` keep mlx-lm's forward."""
 
@@ -29,7 +30,8 @@ def mlx_lm_tokens(model) -> list[list[int]]:
 @pytest.mark.parametrize(
     "model_type",
     ["llama", "mistral", "ministral3", "mistral3:ministral3", "qwen2", "qwen3", "phi3",
-     "gemma3_text", "qwen3_moe", "qwen2_moe", "mixtral"],
+     "gemma3_text", "qwen3_moe", "qwen2_moe", "mixtral", "deepseek_v3", "kimi_k25:deepseek_v3",
+     "glm4_moe_lite", "deepseek_v2"],
 )  # fmt: skip
 def test_lean_steps_give_mlx_lms_tokens(tiny_model_dir, model_type, compile_decode):
     path = str(tiny_model_dir(model_type))
@@ -55,7 +57,7 @@ def test_quantized_weights_stack_and_stay_exact(tiny_model_dir, tmp_path):
     expected = mlx_lm_tokens(load(str(path))[0])
     llm = LLM(str(path), num_blocks=64, block_size=4)
     layer = llm.engine.runner.lean.layers[0]
-    assert layer.qkv.__self__.rows == [128, 64, 64]
+    assert layer.qkv.rows == [128, 64, 64]
     got = llm.generate(PROMPTS, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
     assert [r.token_ids for r in got] == expected
 
@@ -66,7 +68,7 @@ def test_the_models_own_projections_read_the_stacked_weights(tiny_model_dir):
     layer = runner.lean.layers[0]
     attn = layer.block.self_attn
     x = mx.random.normal((3, attn.q_proj.weight.shape[1]))
-    q, k, v = layer.qkv.__self__(x)
+    q, k, v = layer.qkv(x)
     for got, proj in zip((q, k, v), (attn.q_proj, attn.k_proj, attn.v_proj)):
         assert mx.array_equal(got, proj(x)).item()
 
