@@ -42,7 +42,13 @@ SMALL = {
     "max_position_embeddings": 4096,
     "tie_word_embeddings": True,
 }
-FAMILIES = ("llama", "qwen3")
+# Per family, what its random model needs beyond `SMALL` (deepseek_v3: latent attention).
+FAMILIES = {
+    "llama": {},
+    "qwen3": {},
+    "deepseek_v3": {"kv_lora_rank": 128, "q_lora_rank": 64, "qk_rope_head_dim": 32,
+                    "qk_nope_head_dim": 32, "v_head_dim": 32},
+}  # fmt: skip
 LAYERS = (2, 4)
 PROMPT = list(range(3, 40))
 
@@ -156,8 +162,8 @@ def family_ops(family: str, backend: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for layers in LAYERS:
             folder = Path(tmp) / f"{family}-{layers}"
-            build_random_llama(folder, {**SMALL, "num_hidden_layers": layers},
-                               model_type=family)  # fmt: skip
+            config = {**SMALL, **FAMILIES[family], "num_hidden_layers": layers}
+            build_random_llama(folder, config, model_type=family)
             steps[layers] = paged_step_nodes(folder, backend)
             mlx_lm[layers] = mlx_lm_step_nodes(folder)
     few, many = LAYERS

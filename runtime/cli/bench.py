@@ -282,7 +282,9 @@ def _add_kv_quality(sub: argparse._SubParsersAction) -> None:
 
 def _add_ops(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ops", help="MLX primitives of one decode step, a layer, vs mlx-lm's")
-    p.add_argument("--family", nargs="+", choices=("llama", "qwen3"), default=["llama", "qwen3"],
-                   help="random models to count (default: both)")  # fmt: skip
+    p.add_argument("--family", nargs="+", choices=("llama", "qwen3", "deepseek_v3"),
+                   default=["llama", "qwen3", "deepseek_v3"],
+                   help="random models to count (default: all three; deepseek_v3 has latent "
+                   "attention)")  # fmt: skip
     p.add_argument("--out", default="bench/out/ops.json", help="JSON results file")
     p.set_defaults(run=_bench("ops"))
