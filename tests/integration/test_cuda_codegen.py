@@ -144,7 +144,9 @@ def test_cli_renders_and_checks_a_cuda_spec(capsys):
     assert main(["kernels", "list", "--backend", "cuda"]) == 0
     listing = capsys.readouterr()
     assert "decode_tc_cuda_bf16_hd128_bs16_g4\n" in listing.out
-    assert f"{len(all_specs('cuda'))} specs" in listing.err
+    assert "latent_mma_cuda_bf16_r512_p64_bs16\n" in listing.out  # the MLA kernels' sample
+    count = len(all_specs("cuda")) + len(latent_attention.latent_specs("cuda"))
+    assert f"{count} specs" in listing.err
 
 
 def test_cli_renders_the_quantize_kernel_on_either_backend(capsys):
