@@ -339,3 +339,14 @@ def build_model(
     save_model(out, model)
     save_config(config, config_path=out / "config.json")
     return out
+
+
+def mlx_lm_greedy(model, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    """Each prompt alone through mlx-lm's own `generate_step`, greedy: the tokens the paged
+    path must reproduce."""
+    from mlx_lm.generate import generate_step
+
+    return [
+        [int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(max_tokens))]
+        for p in prompts
+    ]

@@ -74,25 +74,23 @@ def _decode(q_nope, q_rope, cache, meta, attn, sparse=None, rows=slice(None)) ->
     """One query a row, absorbed: the latent queries over the latent pages, on the kernels
     where the pool has a decode backend and no sparse selection narrows the keys (`rows`:
     the selection's rows these are)."""
-    pool = cache.pool
+    pool, q_latent = cache.pool, attn.embed_q(q_nope)
     pages = (cache.k_pages, cache.v_pages, meta.block_tables, meta.context_lens)
+    keep = None
     if sparse is not None:
         pool.attention_calls["latent_sparse", "decode"] += 1
         keys = sparse.keys(meta.block_tables)
         visible = paged_attention_mask(meta.query_positions, meta.context_lens, keys.shape[2])
         keep = sparse.keep(sparse.queries[rows], sparse.weights[rows], keys, visible)
-        out = latent_attention_reference(attn.embed_q(q_nope), q_rope, *pages,
-                                         meta.query_positions, scale=attn.scale,
-                                         mask=keep)  # fmt: skip
-        return attn.unembed_out(out)
-    if pool.decode_backend is not None:
+    elif pool.decode_backend is not None:
         pool.attention_calls["latent_kernel", "decode"] += 1
-        out = latent_attention_decode(attn.embed_q(q_nope), q_rope, *pages, scale=attn.scale,
+        out = latent_attention_decode(q_latent, q_rope, *pages, scale=attn.scale,
                                       backend=pool.decode_backend)  # fmt: skip
+        return attn.unembed_out(out)
     else:
         pool.attention_calls["latent_reference", "decode"] += 1
-        out = latent_attention_reference(attn.embed_q(q_nope), q_rope, *pages,
-                                         meta.query_positions, scale=attn.scale)  # fmt: skip
+    out = latent_attention_reference(q_latent, q_rope, *pages, meta.query_positions,
+                                     scale=attn.scale, mask=keep)  # fmt: skip
     return attn.unembed_out(out)
 
 

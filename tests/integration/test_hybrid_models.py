@@ -13,10 +13,9 @@ from __future__ import annotations
 import re
 import shutil
 
-import mlx.core as mx
 import pytest
 from mlx_lm import load
-from mlx_lm.generate import generate_step
+from tiny_models import mlx_lm_greedy
 
 from mlx_paged import LLM, SamplingParams
 
@@ -59,11 +58,7 @@ MAX_TOKENS = 10
 
 def mlx_lm_tokens(path: str) -> list[list[int]]:
     """Each prompt alone through mlx-lm's `generate_step`, greedy."""
-    model, _ = load(path)
-    return [
-        [int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(MAX_TOKENS))]
-        for p in PROMPTS
-    ]
+    return mlx_lm_greedy(load(path)[0], PROMPTS, MAX_TOKENS)
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)
@@ -104,11 +99,7 @@ def test_windows_free_their_pages_and_stay_exact_under_preemption(tiny_model_dir
     windows, full_blocks, small_pool = WINDOW_MODELS[model_type]
     path = str(tiny_model_dir(model_type))
     prompts, new = [list(range(5, 45)), list(range(50, 70)), [7, 8, 9]], 40
-    model, _ = load(path)
-    expected = [
-        [int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(new))]
-        for p in prompts
-    ]
+    expected = mlx_lm_greedy(load(path)[0], prompts, new)
     params = SamplingParams(max_tokens=new, ignore_eos=True)
     llm = LLM(path, num_blocks=128, block_size=4)
     kv = llm.engine.kv

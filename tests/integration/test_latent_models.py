@@ -7,11 +7,10 @@ preempt."""
 
 from __future__ import annotations
 
-import mlx.core as mx
 import pytest
 from latent_models import LATENT
 from mlx_lm import load
-from mlx_lm.generate import generate_step
+from tiny_models import mlx_lm_greedy
 
 from mlx_paged import LLM, SamplingParams
 
@@ -37,11 +36,7 @@ MAX_TOKENS = 10
 
 def mlx_lm_tokens(path: str, prompts=PROMPTS, max_tokens=MAX_TOKENS) -> list[list[int]]:
     """Each prompt alone through mlx-lm's `generate_step`, greedy."""
-    model, _ = load(path)
-    return [
-        [int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(max_tokens))]
-        for p in prompts
-    ]
+    return mlx_lm_greedy(load(path)[0], prompts, max_tokens)
 
 
 @pytest.mark.parametrize("model_type", FAMILIES)

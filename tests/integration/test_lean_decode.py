@@ -11,7 +11,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import pytest
 from mlx_lm import load
-from mlx_lm.generate import generate_step
+from tiny_models import mlx_lm_greedy
 
 from mlx_paged import LLM, SamplingParams
 
@@ -20,10 +20,7 @@ MAX_TOKENS = 16
 
 
 def mlx_lm_tokens(model) -> list[list[int]]:
-    return [
-        [int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(MAX_TOKENS))]
-        for p in PROMPTS
-    ]
+    return mlx_lm_greedy(model, PROMPTS, MAX_TOKENS)
 
 
 @pytest.mark.parametrize("compile_decode", ["off", "on"])
@@ -92,7 +89,5 @@ def test_sliding_window_layers_keep_their_windows(tmp_path):
     llm = LLM(path, num_blocks=64, block_size=4)
     assert llm.engine.runner.lean.windows == [8, None]
     got = llm.generate(PROMPTS, SamplingParams(max_tokens=24, ignore_eos=True))
-    model = load(path)[0]
-    expected = [[int(t) for (t, _), _ in zip(generate_step(mx.array(p), model), range(24))]
-                for p in PROMPTS]  # fmt: skip
+    expected = mlx_lm_greedy(load(path)[0], PROMPTS, 24)
     assert [r.token_ids for r in got] == expected
