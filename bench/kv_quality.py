@@ -51,13 +51,14 @@ def _chunk_logprobs(model, pool, tokens: list[int], start: int, n: int) -> mx.ar
     pages of every token before it (pages 1, 2, ... in order)."""
     from mlx_paged.kernels.kernel_inputs import input_array
     from mlx_paged.kv.kv_cache_manager import cdiv
-    from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedLayerCache, split_slots
+    from mlx_paged.kv.page_arrays import make_slot_mapping
+    from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedLayerCache
 
     table = list(range(1, cdiv(start + n, BLOCK_SIZE) + 1))
     slots = [table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(start, start + n)]
     meta = PagedAttentionMetadata(
         block_tables=input_array([table]), context_lens=input_array([start + n]),
-        offsets=input_array([start]), slot_mapping=split_slots(slots, BLOCK_SIZE),
+        offsets=input_array([start]), slot_mapping=make_slot_mapping(slots, BLOCK_SIZE),
         num_query_tokens=n, prefill_rows=((start, n, input_array(table)),),
     )  # fmt: skip
     caches = [PagedLayerCache(pool, i, meta) for i in range(pool.num_layers)]

@@ -27,6 +27,7 @@ from mlx_lm import load
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlx_paged.kernels.paged_attention import current_backend
+from mlx_paged.models.lean_fused import FUSED_FAMILIES
 
 from .random_models import build_random_llama
 
@@ -116,13 +117,14 @@ def traced_nodes(step, inputs: mx.array) -> collections.Counter:
     return found["nodes"]
 
 
-def paged_step_nodes(model_dir: Path, backend: str) -> collections.Counter:
-    """One decode step of one row, as the engine builds it on `backend`'s kernels, after the
-    prompt and two steps."""
+def paged_step_nodes(model_dir: Path, backend: str, lean_decode: str = "on") -> collections.Counter:
+    """One decode step of one row, as the engine builds it on `backend`'s kernels with
+    `lean_decode`, after the prompt and two steps."""
     from mlx_paged import LLM, SamplingParams
     from mlx_paged.sampling.sampler import sample
 
-    llm = LLM(str(model_dir), num_blocks=64, block_size=16, compile_decode="off")
+    llm = LLM(str(model_dir), num_blocks=64, block_size=16, compile_decode="off",
+              lean_decode=lean_decode)  # fmt: skip
     engine = llm.engine
     engine.add_request(PROMPT, SamplingParams(max_tokens=64, ignore_eos=True))
     engine.drain_inbox()
@@ -157,23 +159,32 @@ def mlx_lm_step_nodes(model_dir: Path) -> collections.Counter:
 
 
 def family_ops(family: str, backend: str) -> dict:
-    """Per-step and per-layer node counts of `family`'s random model, paged and mlx-lm's."""
-    steps, mlx_lm = {}, {}
+    """Per-step and per-layer node counts of `family`'s random model: the default decode
+    step's, `--lean-decode fused`'s where the family has it (`fused_*`), and mlx-lm's."""
+    steps, fused, mlx_lm = {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         for layers in LAYERS:
             folder = Path(tmp) / f"{family}-{layers}"
             config = {**SMALL, **FAMILIES[family], "num_hidden_layers": layers}
             build_random_llama(folder, config, model_type=family)
             steps[layers] = paged_step_nodes(folder, backend)
+            if family in FUSED_FAMILIES:
+                fused[layers] = paged_step_nodes(folder, backend, "fused")
             mlx_lm[layers] = mlx_lm_step_nodes(folder)
+    counts = {**_per_layer(steps), **{f"mlx_lm_{k}": v for k, v in _per_layer(mlx_lm).items()}}
+    if fused:
+        counts |= {f"fused_{k}": v for k, v in _per_layer(fused).items()}
+    return {"num_layers": LAYERS[1], **counts}
+
+
+def _per_layer(steps: dict) -> dict:
+    """`ops_per_step` of the larger model, and per layer: the difference of the two models
+    over their difference in layers, in all and by primitive."""
     few, many = LAYERS
     per_layer = _difference(steps[many], steps[few])
     return {
-        "num_layers": many,
         "ops_per_step": sum(steps[many].values()),
         "ops_per_layer": sum(per_layer.values()) / (many - few),
-        "mlx_lm_ops_per_step": sum(mlx_lm[many].values()),
-        "mlx_lm_ops_per_layer": sum(_difference(mlx_lm[many], mlx_lm[few]).values()) / (many - few),
         "per_layer_by_primitive": {k: v / (many - few) for k, v in per_layer.most_common()},
     }
 
@@ -192,6 +203,9 @@ def main(args) -> int:
         print(f"{family}: {r['ops_per_step']} ops a step ({r['num_layers']} layers), "
               f"{r['ops_per_layer']:g} a layer; mlx-lm {r['mlx_lm_ops_per_step']} a step, "
               f"{r['mlx_lm_ops_per_layer']:g} a layer")  # fmt: skip
+        if "fused_ops_per_layer" in r:
+            print(f"  --lean-decode fused: {r['fused_ops_per_step']} a step, "
+                  f"{r['fused_ops_per_layer']:g} a layer")  # fmt: skip
         print("  a layer: " + ", ".join(f"{k} {v:g}" for k, v in
                                         r["per_layer_by_primitive"].items()))  # fmt: skip
     out = Path(args.out)

@@ -9,17 +9,22 @@ def ops(run: dict) -> str:
     few, many = run["layers_compared"]
     rows = [
         [family, f"{r['ops_per_layer']:g}", str(r["ops_per_step"]),
+         f"{r['fused_ops_per_layer']:g}" if "fused_ops_per_layer" in r else "-",
+         str(r.get("fused_ops_per_step", "-")),
          f"{r['mlx_lm_ops_per_layer']:g}", str(r["mlx_lm_ops_per_step"])]
         for family, r in run["results"].items()
     ]  # fmt: skip
-    header = ["model", "paged ops a layer", "paged ops a step", "mlx-lm ops a layer",
-              "mlx-lm ops a step"]  # fmt: skip
+    header = ["model", "paged ops a layer", "paged ops a step", "fused ops a layer",
+              "fused ops a step", "mlx-lm ops a layer", "mlx-lm ops a step"]  # fmt: skip
     summary = table(header, rows).rstrip("\n")
     breakdown = "\n".join(
-        f"- {family}: "
-        + ", ".join(f"{name} {count:g}" for name, count in r["per_layer_by_primitive"].items())
+        f"- {family}{label}: "
+        + ", ".join(f"{name} {count:g}" for name, count in r[key].items())
         for family, r in run["results"].items()
-    )
+        for key, label in (("per_layer_by_primitive", ""),
+                           ("fused_per_layer_by_primitive", ", `--lean-decode fused`"))
+        if key in r
+    )  # fmt: skip
     return f"""## Ops of a decode step
 
 What: the MLX primitives one decode step of one row builds (the engine's forward, sampling and
@@ -36,6 +41,12 @@ mlx-paged bench ops
 Results: `bench/results/cpu-ops.json` (CPU; the count does not depend on the device).
 
 {summary}
+
+The default step stacks each layer's q/k/v and gate/up weights and writes each page side with
+one scatter of flat rows. `--lean-decode fused` (llama, mistral, qwen2/3, phi3 and their MoE
+forms; opt-in until its kernels' H200 tests have run) also runs each residual add with the
+RMSNorm after it, the q/k/v heads' norms and RoPE, and SwiGLU as one generated kernel each
+(`kernels/layer_kernels.py`).
 
 A paged layer's primitives:
 

@@ -40,6 +40,8 @@ _ARG_TYPES = {
     "state": "float",
     "state_out": "float",
     "a_log": "float",  # the gated-delta decode step's decay rate, fp32 as mlx-lm reads it
+    "eps": "float",  # the layer kernels' RMSNorm epsilon
+    "positions": "int32_t",
 }
 
 

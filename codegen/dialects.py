@@ -32,6 +32,8 @@ class Dialect:
     exp2: str  # fast base-2 exponential of a float
     cos: str  # IEEE-accurate cosine and sine of a float (RoPE angles reach thousands of radians)
     sin: str
+    rsqrt: str  # 1 / sqrt of a float, as MLX's RMSNorm computes it
+    exp: str  # IEEE-accurate exponential of a float, as MLX's sigmoid computes it
     align16: str  # qualifier that makes a thread-local array 16-byte aligned
     mlx_dtype_names: dict
 
@@ -55,6 +57,8 @@ METAL = Dialect(
     exp2="fast::exp2",
     cos="precise::cos",
     sin="precise::sin",
+    rsqrt="precise::rsqrt",
+    exp="metal::exp",
     align16="",
     mlx_dtype_names={"float16": "float16_t", "bfloat16": "bfloat16_t", "float32": "float"},
 )
@@ -78,6 +82,8 @@ CUDA = Dialect(
     exp2="exp2f",
     cos="cosf",
     sin="sinf",
+    rsqrt="rsqrtf",
+    exp="expf",
     align16="alignas(16) ",
     mlx_dtype_names={"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float"},
 )

@@ -91,6 +91,7 @@ float rsqrt(float);
 namespace precise {
 float cos(float);
 float sin(float);
+float rsqrt(float);
 }  // namespace precise
 }  // namespace metal
 

@@ -13,10 +13,11 @@ import tempfile
 
 import mlx.core as mx
 
-from . import gated_delta, latent_attention, quantize_rows
+from . import gated_delta, latent_attention, layer_kernels, quantize_rows
 from .gated_delta import GatedDeltaSpec
 from .kernel_spec import KernelSpec
 from .latent_attention import LatentSpec
+from .layer_kernels import LayerKernelSpec
 from .paged_attention_geometry import build, define
 from .quantize_rows import QuantizeRowsSpec
 from .quantized_pages import QuantizedKVPages
@@ -130,8 +131,8 @@ def _latent_call(spec: LatentSpec) -> tuple[int, list, list, list]:
 
 def capture_metal_source(spec, kernel=None) -> str:
     """The MSL MLX generates for `spec` (a Metal `KernelSpec`, `QuantizeRowsSpec`,
-    `GatedDeltaSpec` or `LatentSpec`) on its representative call; `kernel` replaces the spec's
-    own kernel object (tests capture deliberately broken bodies this way)."""
+    `GatedDeltaSpec`, `LatentSpec` or `LayerKernelSpec`) on its representative call; `kernel`
+    replaces the spec's own kernel object (tests capture deliberately broken bodies this way)."""
     if spec.backend != "metal":
         raise ValueError(f"{spec.name}: only Metal sources are captured this way")
     if isinstance(spec, GatedDeltaSpec):
@@ -142,6 +143,9 @@ def capture_metal_source(spec, kernel=None) -> str:
         kernel = kernel if kernel is not None else latent_attention.build(spec)
         threads, inputs, shapes, dtypes = _latent_call(spec)
         grid = (threads, CAPTURE_SEQS, 1)
+    elif isinstance(spec, LayerKernelSpec):
+        kernel = kernel if kernel is not None else layer_kernels.build(spec)
+        threads, inputs, shapes, dtypes, grid = layer_kernels.sample_call(spec)
     elif isinstance(spec, QuantizeRowsSpec):
         kernel = kernel if kernel is not None else quantize_rows.build(spec)
         threads, inputs = (

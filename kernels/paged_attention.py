@@ -55,6 +55,7 @@ def paged_attention_decode(
     counters: CounterChain | None = None,
     chunk: int | None = None,
     softcap: float | None = None,
+    block_size: int | None = None,
 ) -> mx.array:
     """Decode attention of `(B, Hq, 1, D)` queries over paged K/V, on the GPU kernels.
 
@@ -65,7 +66,8 @@ def paged_attention_decode(
     Hkv, D]` (V's may have a head size of their own, Dv, which the output then has),
     row-contiguous, or `QuantizedPages` of that shape (the kernels dequantize
     them in registers: the K and V sides of one `QuantizedKVPages`); `block_tables` is `(B,
-    max_blocks)` int32.
+    max_blocks)` int32. 16-bit pages may also come as flat rows `[num_blocks * block_size,
+    Hkv, D]` (as the pool stores them), with `block_size` given.
 
     Args:
         kernel: run this kernel (a pass-1 name of `KERNELS`, for tests and benchmarks);
@@ -84,7 +86,7 @@ def paged_attention_decode(
         raise UnsupportedSpecError("a decode call takes a sliding window or a chunk, not both")
     plan = _checked_plan(queries, k_pages, v_pages, block_tables, window or chunk, sinks,
                          backend, kernel, partition_size, chunked=chunk is not None,
-                         softcap=softcap is not None)  # fmt: skip
+                         softcap=softcap is not None, block_size=block_size)  # fmt: skip
     inputs = _inputs(queries, k_pages, v_pages, block_tables, seq_lens, scale, window or chunk,
                      backend)  # fmt: skip
     if softcap is not None:
@@ -108,6 +110,7 @@ def paged_attention_decode_rope(
     kernel: str | None = None,
     partition_size: int | None = None,
     counters: CounterChain | None = None,
+    block_size: int | None = None,
 ) -> tuple[mx.array, mx.array]:
     """The decode step's RoPE and attention in one kernel (`decode_rope_*`).
 
@@ -115,7 +118,8 @@ def paged_attention_decode_rope(
     rotated; row b's token sits at position `seq_lens[b] - 1`, and the pages hold its keys
     `[0, seq_lens[b] - 1)`. The kernel rotates the query and the key (non-interleaved RoPE,
     angle `position * rope_inv_freq[i]` for dims i and i + len(rope_inv_freq); later dims pass
-    through) and attends over the pages plus the new token.
+    through) and attends over the pages plus the new token. Pages as `paged_attention_decode`
+    takes them (flat rows with `block_size`).
 
     Returns:
         `(attention output (B, Hq, 1, D), rotated keys (B, Hkv, 1, D))`; the caller writes the
@@ -126,8 +130,8 @@ def paged_attention_decode_rope(
     """
     backend = backend or current_backend()
     plan = _checked_plan(queries, k_pages, v_pages, block_tables, window, None, backend, kernel,
-                         partition_size, rope=True)  # fmt: skip
-    expected = (queries.shape[0], k_pages.shape[2], 1, queries.shape[3])
+                         partition_size, rope=True, block_size=block_size)  # fmt: skip
+    expected = (queries.shape[0], page_shape(k_pages, block_size)[2], 1, queries.shape[3])
     if keys.shape != expected or values.shape != expected or keys.dtype != queries.dtype:
         raise UnsupportedSpecError(
             f"{plan.name}: new keys {keys.shape} {keys.dtype} / values {values.shape} do not "
@@ -165,7 +169,8 @@ def _launch(plan, inputs: list, compiled: bool, counters: CounterChain | None) -
 
 
 def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backend, kernel,
-                  partition_size, rope=False, chunked=False, softcap=False):  # fmt: skip
+                  partition_size, rope=False, chunked=False, softcap=False,
+                  block_size=None):  # fmt: skip
     """The launch plan of this call's shape, after the checks that need no GPU work
     (`window`: the window or, `chunked`, the chunk size)."""
     if backend is None:
@@ -173,8 +178,9 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
             "paged decode kernels need MLX's Metal or CUDA backend; "
             "the CPU runs paged_attention_reference"
         )
-    (num_seqs, num_heads, num_queries, head_dim), k_shape = queries.shape, k_pages.shape
-    value_dim = v_pages.shape[3] if v_pages.shape[3] != head_dim else 0
+    num_seqs, num_heads, num_queries, head_dim = queries.shape
+    k_shape, v_shape = page_shape(k_pages, block_size), page_shape(v_pages, block_size)
+    value_dim = v_shape[3] if v_shape[3] != head_dim else 0
     plan = launch_plan(
         backend, queries.dtype, num_seqs, num_heads, num_queries, head_dim, k_shape[1],
         k_shape[2], block_tables.shape[1], window is not None and not chunked, kernel,
@@ -186,7 +192,7 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
     k_dtype, v_dtype = k_pages.dtype, v_pages.dtype
     if (
         k_shape[3] != head_dim
-        or v_pages.shape[:3] != k_shape[:3]
+        or v_shape[:3] != k_shape[:3]
         or not k_dtype == v_dtype == queries.dtype
     ):
         raise UnsupportedSpecError(
@@ -194,6 +200,20 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
             f"not match pages {k_pages.shape} {k_dtype}/{v_dtype}"
         )
     return plan
+
+
+def page_shape(pages, block_size: int | None) -> tuple[int, ...]:
+    """`[num_blocks, block_size, heads, dim]` of 4D pages, or of flat rows `[num_blocks *
+    block_size, heads, dim]` with their `block_size`."""
+    shape = tuple(pages.shape)
+    if len(shape) == 4:
+        return shape
+    if len(shape) != 3 or not block_size or shape[0] % block_size:
+        raise UnsupportedSpecError(
+            f"pages {shape} are neither [blocks, block_size, heads, dim] nor flat rows of "
+            f"blocks of {block_size}"
+        )
+    return (shape[0] // block_size, block_size, *shape[1:])
 
 
 def page_bits(k_pages, v_pages) -> tuple[int, int, int]:

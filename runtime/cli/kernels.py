@@ -52,11 +52,12 @@ def run_kernels(args: argparse.Namespace) -> int:
 def _list(backend: str | None) -> int:
     from mlx_paged.kernels.catalog import all_specs
     from mlx_paged.kernels.latent_attention import latent_specs
+    from mlx_paged.kernels.layer_kernels import layer_kernel_specs
 
     count = 0
     for name in [backend] if backend else ["metal", "cuda"]:
-        # The MLA kernels come at each model's latent size: a sample of them.
-        for spec in all_specs(name) + latent_specs(name):
+        # The MLA and layer kernels come at each model's sizes: a sample of them.
+        for spec in all_specs(name) + latent_specs(name) + layer_kernel_specs(name):
             print(spec.name)
             count += 1
     print(f"{count} specs", file=sys.stderr)
@@ -67,22 +68,20 @@ def _render(args: argparse.Namespace) -> int:
     import dataclasses
 
     from mlx_paged.codegen.build import KernelRenderError
-    from mlx_paged.kernels import gated_delta, latent_attention, quantize_rows
-    from mlx_paged.kernels.gated_delta import GatedDeltaSpec
+    from mlx_paged.kernels import gated_delta, latent_attention, layer_kernels, quantize_rows
     from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
     from mlx_paged.kernels.paged_attention_geometry import define
-    from mlx_paged.kernels.quantize_rows import QuantizeRowsSpec
 
+    # Besides the decode kernels: the quantized pages' write kernel, the recurrence, MLA and the
+    # fused lean step's layer kernels.
+    kinds = [(("latent_",), latent_attention.LatentSpec, latent_attention.define),
+             (("quantize_rows_",), quantize_rows.QuantizeRowsSpec, quantize_rows.define),
+             (("gated_delta_",), gated_delta.GatedDeltaSpec, gated_delta.define),
+             (tuple(f"{k}_" for k in layer_kernels.KINDS), layer_kernels.LayerKernelSpec,
+              layer_kernels.define)]  # fmt: skip
     try:
-        # Besides the decode kernels: the quantized pages' write kernel, the recurrence, MLA.
-        if args.spec.startswith("latent_"):
-            spec, make = latent_attention.LatentSpec.parse(args.spec), latent_attention.define
-        elif args.spec.startswith("quantize_rows_"):
-            spec, make = QuantizeRowsSpec.parse(args.spec), quantize_rows.define
-        elif args.spec.startswith("gated_delta_"):
-            spec, make = GatedDeltaSpec.parse(args.spec), gated_delta.define
-        else:
-            spec, make = KernelSpec.parse(args.spec), define
+        kind = next((k for k in kinds if args.spec.startswith(k[0])), ((), KernelSpec, define))
+        spec, make = kind[1].parse(args.spec), kind[2]
         if args.backend:
             spec = dataclasses.replace(spec, backend=args.backend)
         defn = make(spec)

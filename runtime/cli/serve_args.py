@@ -185,10 +185,12 @@ def _add_attention_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--lean-decode",
-        choices=["on", "off"],
+        choices=["on", "fused", "off"],
         default="on",
         help="decode steps of llama, mistral and qwen2/3 models in fewer graph nodes than "
-        "mlx-lm's forward (on, the default), or mlx-lm's own forward (off)",
+        "mlx-lm's forward (on, the default); fused: fewer again, each layer's small ops in the "
+        "generated layer kernels (opt-in until their H200 tests have run); off: mlx-lm's own "
+        "forward",
     )
 
 

@@ -8,6 +8,7 @@ from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES
 
 PAGED_ATTENTION_MODES = ("auto", "kernel", "reference")
 AUTO_ON_OFF = ("auto", "on", "off")
+LEAN_DECODE_MODES = ("on", "fused", "off")
 
 
 @dataclass(slots=True)
@@ -34,7 +35,9 @@ class EngineConfig:
             generated kernels, for models whose RoPE they express), "on" (also on the
             reference path; fail at load if the model does not qualify) or "off".
         lean_decode: decode steps of llama-family models run `LeanDecode` (fewer graph nodes
-            than mlx-lm's forward: "on", the default) or mlx-lm's forward ("off").
+            than mlx-lm's forward: "on", the default), `FusedDecode` (fewer again: each
+            layer's small ops in the generated layer kernels, "fused"; opt-in until their
+            H200 tests have run) or mlx-lm's forward ("off").
         prefill_chunk_seconds: how long a step with prompt work may take (paged path): prompt
             chunks are sized from measured step times and shared equally among prompts, so
             a long prompt cannot hold a short one's first token, or a hang-up, for its whole
@@ -89,7 +92,7 @@ class EngineConfig:
             ("paged_attention", PAGED_ATTENTION_MODES),
             ("compile_decode", AUTO_ON_OFF),
             ("fused_rope", AUTO_ON_OFF),
-            ("lean_decode", ("on", "off")),
+            ("lean_decode", LEAN_DECODE_MODES),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(

@@ -41,7 +41,8 @@ class LLM:
         paged_attention: "auto", "kernel" or "reference" decode attention over pages.
         compile_decode: "auto", "on" or "off": replay decode steps from `mx.compile` traces.
         fused_rope: "auto", "on" or "off": RoPE inside the decode attention kernel.
-        lean_decode: "on" or "off": llama-family decode steps in fewer graph nodes.
+        lean_decode: "on", "fused" or "off": llama-family decode steps in fewer graph nodes
+            ("fused": fewer again, through the layer kernels).
         kv_bits: bits per K/V value in the pages: 16, 8 or 4 (quantized in groups of
             `kv_group_size`, 32 or 64; paged path only); `kv_bits_k` / `kv_bits_v` set keys and
             values apart (e.g. 8 and 4).

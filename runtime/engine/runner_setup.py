@@ -19,7 +19,7 @@ def build_runner(model, model_type: str, config: EngineConfig, max_model_len: in
         kv_budget_bytes=config.kv_budget_bytes, num_blocks=config.num_blocks,
         enable_prefix_caching=config.enable_prefix_caching,
         paged_attention=config.paged_attention, compile_decode=config.compile_decode,
-        fused_rope=config.fused_rope, lean_decode=config.lean_decode == "on",
+        fused_rope=config.fused_rope, lean_decode=config.lean_decode,
         max_num_tokens=config.max_num_seqs * max_model_len,
         k_bits=config.k_bits, v_bits=config.v_bits, kv_group_size=config.kv_group_size,
         max_live_requests=config.max_num_seqs + config.max_num_prefill_seqs,

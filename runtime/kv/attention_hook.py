@@ -79,9 +79,9 @@ def _paged(queries, keys, values, cache, scale: float, rules: PagedMask, sinks) 
     if phase == "decode" and pool.decode_backend is not None and sinks is None:
         pool.attention_calls["kernel", phase] += 1
         return paged_attention_decode(
-            queries, cache.k_pages, cache.v_pages, meta.block_tables, meta.context_lens,
+            queries, *cache.decode_pages, meta.block_tables, meta.context_lens,
             scale=scale, window=window, backend=pool.decode_backend, counters=pool.counters,
-            chunk=rules.chunk, softcap=rules.softcap,
+            chunk=rules.chunk, softcap=rules.softcap, block_size=pool.block_size,
         )  # fmt: skip
     # Soft-capped scores (gemma2) and chunks (llama4) have no MLX SDPA: the reference serves
     # their prefill.
@@ -184,20 +184,21 @@ def _decode_with_rope(queries, keys, values, cache, scale, window, sinks) -> mx.
     pool, meta = cache.pool, cache.metadata
     if sinks is not None:
         raise ValueError("attention sinks cannot be fused with RoPE; the paged setup refuses them")
-    args = (queries, keys, values, cache.k_pages, cache.v_pages, meta.block_tables,
-            meta.context_lens)  # fmt: skip
+    tables = (meta.block_tables, meta.context_lens)
     inv_freq = pool.rope_inv_freq[cache.layer]
     if pool.decode_backend is not None:
         pool.attention_calls["kernel_rope", "decode"] += 1
         out, rotated = paged_attention_decode_rope(
-            *args, scale=scale, rope_inv_freq=inv_freq, window=window,
-            backend=pool.decode_backend, counters=pool.counters,
+            queries, keys, values, *cache.decode_pages, *tables, scale=scale,
+            rope_inv_freq=inv_freq, window=window, backend=pool.decode_backend,
+            counters=pool.counters, block_size=pool.block_size,
         )  # fmt: skip
     else:
         pool.attention_calls["reference_rope", "decode"] += 1
         out, rotated = paged_attention_decode_rope_reference(
-            *args, scale=scale, rope_inv_freq=inv_freq, window=window
-        )
+            queries, keys, values, cache.k_pages, cache.v_pages, *tables, scale=scale,
+            rope_inv_freq=inv_freq, window=window,
+        )  # fmt: skip
     pool.write(cache.layer, rotated, values, meta.slot_mapping)
     return out
 

@@ -15,11 +15,11 @@ from mlx_lm.models.cache import ArraysCache
 
 from mlx_paged.kv.cache_plan import AttentionSlot, CachePlan
 from mlx_paged.kv.kv_layout import KVLayout
+from mlx_paged.kv.page_arrays import make_slot_mapping
 from mlx_paged.kv.paged_cache import (
     PagedAttentionMetadata,
     PagedKVPool,
     PagedLayerCache,
-    split_slots,
 )
 from mlx_paged.kv.rope_fusion import defer_rope, restore_rope
 
@@ -96,7 +96,7 @@ def _probe_logits(model, layout: KVLayout, block_size: int, freqs) -> mx.array:
             block_tables=tables,
             context_lens=mx.array([start[0] + tokens.shape[1]], dtype=mx.int32),
             offsets=mx.array(start, dtype=mx.int32),
-            slot_mapping=split_slots(block_size + positions, block_size),
+            slot_mapping=make_slot_mapping(block_size + positions, block_size),
             num_query_tokens=tokens.shape[1],
             rope_in_attention=fused,
         )

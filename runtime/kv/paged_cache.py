@@ -2,26 +2,25 @@
 
 One `PagedKVPool` holds every layer's pages `[num_blocks, block_size, num_kv_heads, head_dim]`
 (token-major, "NHD"; heads and head size may differ between layers): a K and a V array a layer
-(`KVPages`), or on quantized pages one array whose rows hold both (`QuantizedKVPages`). For each
-forward, the runner builds a `PagedAttentionMetadata` (block tables, lengths, positions, slot
-mapping) and hands the model one `PagedLayerCache` per layer. The cache writes new K/V into the
-pool by scatter at `slot_mapping`, returns only the new K/V, and the patched attention
-(`attention_hook.py`) reads the pages through the block tables.
+(`KVPages`, stored flat as `[num_blocks * block_size, heads, head_dim]`), or on quantized pages
+one array whose rows hold both (`QuantizedKVPages`). For each forward, the runner builds a
+`PagedAttentionMetadata` (block tables, lengths, positions, slot mapping) and hands the model
+one `PagedLayerCache` per layer. The cache writes new K/V into the pool by scatter at
+`slot_mapping`, returns only the new K/V, and the patched attention (`attention_hook.py`) reads
+the pages through the block tables.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import mlx.core as mx
-import numpy as np
 
 from mlx_paged.kernels.counter_chain import CounterChain
-from mlx_paged.kernels.kernel_inputs import input_array
-from mlx_paged.kernels.quantized_pages import QuantizedKVPages
+from mlx_paged.kernels.quantized_pages import QuantizedKVPages, QuantizedPages
 from mlx_paged.kv.kv_groups import KVCacheGroups
+from mlx_paged.kv.page_arrays import KVPages, SlotMapping
 from mlx_paged.kv.rope_fusion import DeferredOffset
 
 
@@ -33,9 +32,8 @@ class PagedAttentionMetadata:
         block_tables: `(B, max_blocks)` int32, padded with the null block 0.
         context_lens: `(B,)` int32 tokens per row after this forward's writes.
         offsets: `(B,)` int32 position of each row's first query token (RoPE offset).
-        slot_mapping: where each query token's K/V is written, as `(block ids, offsets in the
-            block)`, each `(B * L,)` int32; padding goes to slot 0 of the null block. Two
-            indices into the 4D pages make the write one scatter, with no reshapes of the pool.
+        slot_mapping: where each query token's K/V is written (`SlotMapping`); padding goes to
+            slot 0 of the null block.
         rope_in_attention: a decode step whose RoPE the attention kernel applies
             (`rope_fusion.py`): the model gets a `DeferredOffset`, and the attention hook writes
             the rotated keys.
@@ -49,7 +47,7 @@ class PagedAttentionMetadata:
     block_tables: mx.array
     context_lens: mx.array
     offsets: mx.array
-    slot_mapping: tuple[mx.array, mx.array]
+    slot_mapping: SlotMapping
     num_query_tokens: int
     rope_in_attention: bool = False
     prefill_rows: tuple[tuple[int, int, mx.array], ...] = ()
@@ -65,24 +63,6 @@ class PagedAttentionMetadata:
     @property
     def query_positions(self) -> mx.array:
         return self.offsets[:, None] + mx.arange(self.num_query_tokens)[None, :]
-
-
-class KVPages(NamedTuple):
-    """One layer's K and V pages in the model's dtype."""
-
-    k: mx.array
-    v: mx.array
-
-    @property
-    def nbytes(self) -> int:
-        return self.k.nbytes + self.v.nbytes
-
-    def write(self, slots: tuple[mx.array, mx.array], keys: mx.array, values: mx.array):
-        """Scatter `(N, heads, head_dim)` keys and values to `slots`; returns the pages, updated
-        in place."""
-        self.k[slots] = keys  # in place: the scatter may reuse the buffer
-        self.v[slots] = values
-        return self
 
 
 class PagedKVPool:
@@ -165,8 +145,9 @@ class PagedKVPool:
             if self.quantized:
                 return QuantizedKVPages.zeros(shape, self.dtype, self.k_bits, self.v_bits,
                                               self.group_size, value_dim)  # fmt: skip
-            values = (*shape[:3], value_dim)
-            return KVPages(mx.zeros(shape, dtype=self.dtype), mx.zeros(values, dtype=self.dtype))
+            rows = shape[0] * shape[1]
+            return KVPages(mx.zeros((rows, *shape[2:]), dtype=self.dtype),
+                           mx.zeros((rows, shape[2], value_dim), dtype=self.dtype))  # fmt: skip
 
         pages = [layer_pages(*a) for a in zip(self.page_shapes, self.value_dims)]
         mx.eval(pages)
@@ -183,39 +164,65 @@ class PagedKVPool:
             return True
 
     def layer_side(self, layer: int, side: int):
-        """`layer`'s K (side 0) or V (side 1) pages in its own shape (a view of its array's
-        where that differs)."""
+        """`layer`'s K (side 0) or V (side 1) pages: 16-bit ones as `[blocks, block_size,
+        heads, dim]` in the layer's own shape (a reshaped view of the flat array)."""
+        pages = self.pages[self.layer_array[layer]]
+        pages = pages.k if side == 0 else pages.v
+        if isinstance(pages, QuantizedPages):  # no layer reads quantized pages at another shape
+            return pages
+        return pages.reshape(self.layer_shapes(layer)[side])
+
+    def flat_side(self, layer: int, side: int) -> mx.array:
+        """`layer`'s 16-bit K or V pages as the flat rows `[blocks * block_size, heads, dim]`
+        the decode kernels read (a view where the layer has another shape than its array)."""
         pages = self.pages[self.layer_array[layer]]
         pages = pages.k if side == 0 else pages.v
         view = self.layer_views[layer]
-        return pages if view is None else pages.reshape(view[side])
+        return pages if view is None else pages.reshape(_flat(view[side]))
 
-    def write(
-        self, layer: int, keys: mx.array, values: mx.array, slot_mapping: tuple[mx.array, mx.array]
-    ) -> None:
-        """Scatter `(B, H, L, D)` keys/values into `layer`'s pages at `slot_mapping`
-        (quantized on the way where the pages are)."""
+    def layer_shapes(self, layer: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The 4D K and V page shapes `layer` reads."""
+        view = self.layer_views[layer]
+        return view if view is not None else self.array_shapes(self.layer_array[layer])
+
+    def array_shapes(self, array: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The 4D K and V page shapes of page array `array`."""
+        shape = self.page_shapes[array]
+        return shape, (*shape[:3], self.value_dims[array])
+
+    def write(self, layer: int, keys: mx.array, values: mx.array, mapping: SlotMapping) -> None:
+        """Scatter `(B, H, L, D)` keys/values (or `(N, H, D)` rows) into `layer`'s pages at
+        `mapping` (quantized on the way where the pages are)."""
         new = []
         for x in (keys, values):
-            batch, heads, length, dim = x.shape
-            if length > 1:
-                x = x.transpose(0, 2, 1, 3)
-            new.append(x.reshape(batch * length, heads, dim).astype(self.dtype))
+            if x.ndim == 4:
+                batch, heads, length, dim = x.shape
+                if length > 1:
+                    x = x.transpose(0, 2, 1, 3)
+                x = x.reshape(batch * length, heads, dim)
+            new.append(x.astype(self.dtype))
         array, view = self.layer_array[layer], self.layer_views[layer]
-        pages = _viewed(self.pages[array], view)
+        pages = self.pages[array]
         self.pages[array] = None  # drop our reference before the scatter: it may reuse the buffer
         try:
-            pages = pages.write(slot_mapping, *new)
+            if isinstance(pages, QuantizedKVPages):
+                pages = pages.write((mapping.blocks, mapping.offsets), *new)
+            elif view is None:
+                pages = pages.write(mapping, *new)
+            else:  # through the layer's view, back to the array's own shape
+                pages = _viewed(_viewed(pages, view).write(mapping, *new), self.array_shapes(array))
         finally:
-            if view is not None:  # back to the array's own shape
-                shape = self.page_shapes[array]
-                pages = _viewed(pages, (shape, (*shape[:3], self.value_dims[array])))
             self.pages[array] = pages
 
 
-def _viewed(pages, shapes):
-    """16-bit `pages` reshaped to K and V `shapes` (no copy), or as they are for None."""
-    return pages if shapes is None else KVPages(*(x.reshape(s) for x, s in zip(pages, shapes)))
+def _flat(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A 4D page shape `[blocks, block_size, heads, dim]` as flat rows."""
+    return (shape[0] * shape[1], *shape[2:])
+
+
+def _viewed(pages: KVPages, shapes) -> KVPages:
+    """16-bit `pages` as flat rows of the 4D K and V `shapes`, no copy."""
+    return KVPages(*(x.reshape(_flat(s)) for x, s in zip(pages, shapes)))
 
 
 @dataclass
@@ -265,8 +272,10 @@ class PagedLayerCache:
     def v_pages(self):
         return self.pool.layer_side(self.layer, 1)
 
-
-def split_slots(slots, block_size: int) -> tuple[mx.array, mx.array]:
-    """`slot_mapping` of flat slot numbers (`block * block_size + offset`, a numpy array)."""
-    slots = np.asarray(slots, dtype=np.int32)
-    return input_array(slots // block_size), input_array(slots % block_size)
+    @property
+    def decode_pages(self) -> tuple:
+        """The K and V pages as the decode kernels take them: 16-bit ones as flat rows (no
+        reshape node; the launch is given the block size), quantized ones as they are."""
+        if self.pool.quantized:
+            return self.k_pages, self.v_pages
+        return self.pool.flat_side(self.layer, 0), self.pool.flat_side(self.layer, 1)

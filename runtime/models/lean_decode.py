@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import mlx.core as mx
@@ -28,6 +28,7 @@ from mlx_lm.models.ministral3 import _get_llama_4_attn_scale
 from mlx_paged.kv.attention_hook import paged_scaled_dot_product_attention
 from mlx_paged.kv.paged_cache import PagedMask
 from mlx_paged.models.fused_projections import fuse_projections
+from mlx_paged.models.lean_fused import FUSED_FAMILIES, FusedDecode, fused_layer
 from mlx_paged.models.lean_latent import LATENT_FAMILIES, latent_attend
 
 logger = logging.getLogger(__name__)
@@ -43,12 +44,17 @@ class LeanLayer:
     """One transformer block: `qkv` its stacked input projections (`FusedProjections`, or
     phi3's own), `attend(x, cache, window, scale)` its attention of normed `(B, D)` inputs
     through its output projection, `mlp(x)` its feed-forward (stacked gate and up where dense,
-    the block's own MoE call else)."""
+    the block's own MoE call else). For `FusedDecode`: `stacked_qkv(x)` the q/k/v output of
+    `heads` (H, Hkv, D) side by side, `gate_up(x)` a dense SwiGLU's gate and up side by side
+    (None otherwise); None where the block's attention is MLA."""
 
     block: object
     qkv: object
     attend: Callable
     mlp: Callable[[mx.array], mx.array]
+    stacked_qkv: Callable | None = None
+    heads: tuple[int, int, int] | None = None
+    gate_up: Callable | None = None
 
 
 class LeanDecode:
@@ -113,10 +119,12 @@ def _gemma3_step(layer: LeanLayer, h: mx.array, cache, window: int | None, scale
     return clip_residual(h, block.post_feedforward_layernorm(r))
 
 
-def build_lean_decode(model, windows: list[int | None]) -> LeanDecode | None:
+def build_lean_decode(model, windows: list[int | None], fused: bool = False):
     """The lean decode step of `model` where its family and layers allow, stacking its q, k, v
     and gate, up weights (the model's own calls then read views of them); else None, logged.
-    Build it before `cache_weight_views`, so those views are of the stacked weights."""
+    `fused`: its layers' small ops fused too (`FusedDecode`; raises where the model's blocks
+    do not allow it). Build it before `cache_weight_views`, so those views are of the stacked
+    weights."""
     text = getattr(model, "language_model", model)  # a wrapper's text model (mistral3)
     family = getattr(text, "model_type", None) or getattr(getattr(text, "args", None),
                                                           "model_type", None)  # fmt: skip
@@ -126,11 +134,30 @@ def build_lean_decode(model, windows: list[int | None]) -> LeanDecode | None:
         layers = [_lean_layer(block, family in LATENT_FAMILIES) for block in inner.layers]
         if any(layer is None for layer in layers):
             why = "its projections cannot be stacked (mixed kinds or quantization)"
+    if why is None and fused:
+        return _fused_decode(family, inner, layers, windows)
+    if fused:
+        raise ValueError(f"--lean-decode fused cannot serve this model: {why}")
     if why is not None:
         logger.info("decode steps run mlx-lm's forward: %s", why)
         return None
     logger.info("decode steps run the lean forward (%s, %d layers)", family, len(layers))
     return LeanDecode(inner, layers, windows, family)
+
+
+def _fused_decode(family: str, inner, layers: list[LeanLayer], windows) -> FusedDecode:
+    """`FusedDecode` of the lean `layers`; raises naming why where a block does not fuse."""
+    if family not in FUSED_FAMILIES or type(inner.norm) is not nn.RMSNorm:
+        raise ValueError(
+            f"--lean-decode fused covers {', '.join(FUSED_FAMILIES)} (pre-norm RMSNorm blocks), "
+            f"not {family}: use --lean-decode on"
+        )
+    fused = [fused_layer(layer) for layer in layers]
+    why = next((f"layer {i}: {f}" for i, f in enumerate(fused) if isinstance(f, str)), None)
+    if why is not None:
+        raise ValueError(f"--lean-decode fused cannot serve this model: {why}")
+    logger.info("decode steps run the fused lean forward (%s, %d layers)", family, len(fused))
+    return FusedDecode(inner, fused, windows)
 
 
 def _refusal(family, inner, windows) -> str | None:
@@ -154,13 +181,15 @@ def _lean_layer(block, latent: bool) -> LeanLayer | None:
     num_kv_heads = getattr(attn, "n_kv_heads", None) or attn.num_key_value_heads
     if hasattr(attn, "qkv_proj"):  # phi3 keeps them stacked, gate and up too
         heads = (num_heads, num_kv_heads, attn.head_dim)
-        return LeanLayer(block, attn.qkv_proj, partial(_attention, attn, attn.qkv_proj, heads),
-                         mlp)  # fmt: skip
+        attend = partial(_attention, attn, attn.qkv_proj, heads)
+        return LeanLayer(block, attn.qkv_proj, attend, mlp, attn.qkv_proj, heads,
+                         getattr(mlp, "gate_up_proj", None))  # fmt: skip
     qkv = fuse_projections([attn.q_proj, attn.k_proj, attn.v_proj])
     if qkv is None:
         return None
     heads = (num_heads, num_kv_heads, qkv.rows[0] // num_heads)
-    return _with_mlp(block, qkv, partial(_attention, attn, qkv.fused, heads), mlp)
+    layer = _with_mlp(block, qkv, partial(_attention, attn, qkv.fused, heads), mlp)
+    return None if layer is None else replace(layer, stacked_qkv=qkv.fused, heads=heads)
 
 
 def _with_mlp(block, qkv, attend, mlp) -> LeanLayer | None:
@@ -172,7 +201,9 @@ def _with_mlp(block, qkv, attend, mlp) -> LeanLayer | None:
     gate_up = fuse_projections([mlp.gate_proj, mlp.up_proj])
     if gate_up is None:
         return None
-    return LeanLayer(block, qkv, attend, _dense_mlp(mlp, gate_up))
+    gelu = "gemma3" in type(mlp).__module__
+    return LeanLayer(block, qkv, attend, _dense_mlp(mlp, gate_up),
+                     gate_up=None if gelu else gate_up.fused)  # fmt: skip
 
 
 def _dense_mlp(mlp, gate_up) -> Callable[[mx.array], mx.array]:

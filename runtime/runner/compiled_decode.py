@@ -15,6 +15,7 @@ from collections import Counter
 
 import mlx.core as mx
 
+from mlx_paged.kv.page_arrays import SlotMapping
 from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedKVPool
 from mlx_paged.runner.hybrid_states import HybridStates
 
@@ -52,7 +53,7 @@ class CompiledDecode:
         try:
             logits, counters_next, new_pages, new_states = self._compiled(
                 tokens, [m.block_tables for m in metas], meta.context_lens,
-                [m.slot_mapping for m in metas], counters, pages, *hybrid,
+                [m.slot_mapping.arrays for m in metas], counters, pages, *hybrid,
             )  # fmt: skip
         except BaseException:  # a failed trace left tracers in the pool and the counter chain
             pool.pages[:] = pages
@@ -80,7 +81,7 @@ class CompiledDecode:
                 block_tables=tables,
                 context_lens=context_lens,
                 offsets=context_lens - 1,
-                slot_mapping=slots,
+                slot_mapping=SlotMapping(*slots),
                 num_query_tokens=1,
                 rope_in_attention=pool.rope_inv_freq is not None,
             )

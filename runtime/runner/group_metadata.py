@@ -11,7 +11,8 @@ import numpy as np
 
 from mlx_paged.kernels.kernel_inputs import input_array
 from mlx_paged.kv.kv_cache_manager import cdiv
-from mlx_paged.kv.paged_cache import PagedAttentionMetadata, split_slots
+from mlx_paged.kv.page_arrays import make_slot_mapping
+from mlx_paged.kv.paged_cache import PagedAttentionMetadata
 from mlx_paged.runner.block_table import page_ids
 
 
@@ -47,7 +48,7 @@ def prefill_metadata(kv, rows, starts, counts, width: int) -> list[PagedAttentio
             block_tables=input_array([t + [0] * (max_blocks - len(t)) for t in tables]),
             context_lens=input_array([s + n for s, n in zip(starts, counts)]),
             offsets=input_array(starts),
-            slot_mapping=split_slots(slots, bs),
+            slot_mapping=make_slot_mapping(slots, bs),
             num_query_tokens=width,
             # Prefill only: a start forward (one token per row) attends like a decode step.
             prefill_rows=tuple(prefill_row(*row, bs) for row in zip(tables, starts, counts))
@@ -67,7 +68,7 @@ def decode_metadata(
             block_tables=input_array(t),
             context_lens=input_array(lens),
             offsets=input_array(lens - 1),
-            slot_mapping=split_slots(s, block_size),
+            slot_mapping=make_slot_mapping(s, block_size),
             num_query_tokens=1,
             rope_in_attention=rope_in_attention,
         )
@@ -95,7 +96,8 @@ def mixed_metadata(kv, decode: list[PagedAttentionMetadata], lens, slots, prefil
         metas.append(dataclasses.replace(
             meta,
             offsets=offsets,
-            slot_mapping=split_slots(np.concatenate([group_slots, chunk_slots]), kv.block_size),
+            slot_mapping=make_slot_mapping(np.concatenate([group_slots, chunk_slots]),
+                                           kv.block_size),
             prefill_rows=tuple(rows),
             decode_rows=meta,
         ))  # fmt: skip

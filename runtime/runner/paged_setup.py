@@ -18,6 +18,7 @@ from mlx_paged.kv.recurrence_hook import fuse_input_projections, install_recurre
 from mlx_paged.kv.state_pool import StatePool, slot_bytes
 from mlx_paged.kv.state_slots import StateSlots
 from mlx_paged.models.lean_decode import build_lean_decode
+from mlx_paged.models.lean_fused import FusedDecode
 from mlx_paged.models.weight_views import cache_weight_views
 from mlx_paged.runner.attention_setup import choose_attention_paths
 from mlx_paged.runner.paged_runner import PagedRunner
@@ -160,7 +161,7 @@ def build_paged_path(
     max_live_requests: int = 64,
     kv_groups: bool = True,
     shared_block_bytes: int = 0,
-    lean_decode: bool = False,
+    lean_decode: str = "off",
 ) -> tuple[PagedRunner, KVCacheManager]:
     """Check the model, size the pool and return (runner, kv manager).
 
@@ -174,9 +175,14 @@ def build_paged_path(
     request, as many again for prefix-cache snapshots), or what `STATE_BUDGET_SHARE` of it
     holds, fewer: then admission waits for a slot. `kv_groups`: window layers get groups of
     their own (`kv_groups.py`). Blocks cost `shared_block_bytes` more (a draft's pool).
-    `lean_decode`: decode steps run `LeanDecode` where the model's family allows.
+    `lean_decode`: decode steps run `LeanDecode` ("on") where the model's family allows, or
+    `FusedDecode` ("fused"; RoPE then runs in its own kernel, not in attention).
     """
     rules, layout, lean = _prepare_model(model, model_type, fused_rope, lean_decode)
+    if isinstance(lean, FusedDecode):  # its qkv_rope kernel rotates; attention must not again
+        if fused_rope == "on":
+            raise ValueError("--lean-decode fused applies RoPE itself: use --fused-rope off")
+        fused_rope = "off"
     # Latent pages quantize their two sides apart; the kernels of per-head pages take one size.
     if layout.values_differ and not layout.latent and min(k_bits, v_bits) < 16:
         raise ValueError(
@@ -206,7 +212,7 @@ def build_paged_path(
     return PagedRunner(model, pool, kv, compiled, layout.plan, states, lean), kv
 
 
-def _prepare_model(model, model_type: str, fused_rope: str, lean_decode: bool = False):
+def _prepare_model(model, model_type: str, fused_rope: str, lean_decode: str = "off"):
     """Refuse what pages cannot serve, hook mlx-lm's attention and recurrence, adapt the
     families that need it, and probe the K/V layout; the model's score rules, layout and
     lean decode step (`LeanDecode`, or None)."""
@@ -219,9 +225,11 @@ def _prepare_model(model, model_type: str, fused_rope: str, lean_decode: bool = 
     layout = probe_kv_layout(model)
     logger.debug("layers with fused input projections: %d", fuse_input_projections(model))
     lean = None
-    if lean_decode and not layout.state:  # stacks weights: before the weight views
+    if lean_decode == "fused" and layout.state:
+        raise ValueError("--lean-decode fused serves attention-only models, not recurrent ones")
+    if lean_decode != "off" and not layout.state:  # stacks weights: before the weight views
         windows = layout.plan.windows if layout.plan else [None] * layout.num_layers
-        lean = build_lean_decode(model, windows)
+        lean = build_lean_decode(model, windows, fused=lean_decode == "fused")
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
     return rules, layout, lean
 

@@ -58,7 +58,7 @@ def enable_speculation(runner, config, draft=None) -> None:
             model, model_type, block_size=config.block_size, kv_budget_bytes=None,
             num_blocks=runner.kv.block_pool.num_blocks, enable_prefix_caching=False,
             paged_attention=config.paged_attention, compile_decode="off", kv_groups=False,
-            lean_decode=config.lean_decode == "on",
+            lean_decode=config.lean_decode,
         )  # fmt: skip
         if draft_runner.states is not None:
             raise ValueError("the draft model keeps recurrent state: pick an attention-only one")

@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 
 from mlx_paged.codegen.build import KernelDefinition
-from mlx_paged.kernels import gated_delta, latent_attention
+from mlx_paged.kernels import gated_delta, latent_attention, layer_kernels
 from mlx_paged.kernels.catalog import (
     all_specs,
     quantized_specs,
@@ -104,6 +104,18 @@ def test_latent_attention_cuda_kernels_compile_without_spilling():
     assert "const __nv_bfloat16* latent_pages" in unit and "float* partial_max" in unit
 
 
+def test_layer_kernels_compile_without_spilling():
+    """`--lean-decode fused`'s kernels: add + RMSNorm, SwiGLU and the q/k/v heads' RoPE."""
+    specs = layer_kernels.layer_kernel_specs("cuda")
+    assert {s.kind for s in specs} == set(layer_kernels.KINDS)
+    for spec in specs:
+        report = check_cuda_source(layer_kernels.define(spec))
+        assert report.spill_bytes == 0 and 0 < report.registers <= 64, (spec.name, report)
+    unit = wrap(layer_kernels.define(specs[-3]))  # qkv_rope with qwen3's norms, bf16
+    assert "const int32_t* positions" in unit and "const float* rope_inv_freq" in unit
+    assert "const __nv_bfloat16* q_norm" in unit and "__nv_bfloat16* queries" in unit
+
+
 def test_signature_is_mlx_shaped():
     unit = wrap(define(LLAMA))
     assert "__global__ void decode_simt_splitk_cuda_bf16_hd128_bs16_g4_p512(" in unit
@@ -145,7 +157,9 @@ def test_cli_renders_and_checks_a_cuda_spec(capsys):
     listing = capsys.readouterr()
     assert "decode_tc_cuda_bf16_hd128_bs16_g4\n" in listing.out
     assert "latent_mma_cuda_bf16_r512_p64_bs16\n" in listing.out  # the MLA kernels' sample
+    assert "qkv_rope_cuda_bf16_hd128_h32k8_qkn\n" in listing.out  # and the layer kernels'
     count = len(all_specs("cuda")) + len(latent_attention.latent_specs("cuda"))
+    count += len(layer_kernels.layer_kernel_specs("cuda"))
     assert f"{count} specs" in listing.err
 
 
@@ -163,6 +177,20 @@ def test_cli_renders_the_quantize_kernel_on_either_backend(capsys):
     assert "not a quantized page layout" in capsys.readouterr().err
     assert main(["kernels", "render", "quantize_rows_cuda_bf16"]) == 2
     assert "not a quantize kernel name" in capsys.readouterr().err
+
+
+def test_cli_renders_the_layer_kernels_on_either_backend(capsys):
+    from mlx_paged.cli.main import main
+
+    name = "qkv_rope_cuda_bf16_hd128_h32k8_qkn"
+    assert main(["kernels", "render", name, "--check"]) == 0
+    out, err = capsys.readouterr()
+    assert f"__global__ void {name}(" in out and "NVRTC compile check passed (" in err
+    assert main(["kernels", "render", "swiglu_cuda_f16", "--backend", "metal", "--check"]) == 0
+    out, err = capsys.readouterr()
+    assert "device float16_t* out [[buffer(" in out and "clang compile check passed" in err
+    assert main(["kernels", "render", "swiglu_cuda"]) == 2
+    assert "not a layer kernel name" in capsys.readouterr().err
 
 
 def test_cli_renders_the_recurrence_kernel_on_either_backend(capsys):

@@ -9,6 +9,7 @@ import mlx.core as mx
 import pytest
 
 from mlx_paged import LLM, SamplingParams
+from mlx_paged.kv.page_arrays import make_slot_mapping
 
 
 @pytest.fixture(scope="module", params=["paged", "contiguous"])
@@ -153,7 +154,8 @@ def test_pool_pages_whose_write_failed_are_zeroed_and_the_prefix_cache_dropped(l
     bad = broken_array()
     pool = runner.pool
     layer_shape = (1, pool.page_shape[2], 1, pool.page_shape[3])
-    pool.write(0, mx.broadcast_to(bad[..., :1], layer_shape), mx.zeros(layer_shape), mx.array([17]))
+    slots = make_slot_mapping([17 * pool.block_size], pool.block_size)
+    pool.write(0, mx.broadcast_to(bad[..., :1], layer_shape), mx.zeros(layer_shape), slots)
     with pytest.raises(RuntimeError):
         mx.eval(pool.pages)
     reset_sampling_state()

@@ -67,8 +67,10 @@ def test_pages_hold_one_latent_row_and_one_rope_key_row_a_token(tiny_model_dir, 
     llm = LLM(str(tiny_model_dir(model_type)), num_blocks=16, block_size=4)
     pool = llm.engine.runner.pool
     rank, rope = LATENT["kv_lora_rank"], LATENT["qk_rope_head_dim"]
-    assert {p.k.shape for p in pool.pages} == {(16, 4, 1, rank)}
-    assert {p.v.shape for p in pool.pages} == {(16, 4, 1, rope)}
+    layers = range(pool.num_layers)
+    assert {pool.layer_side(i, 0).shape for i in layers} == {(16, 4, 1, rank)}
+    assert {pool.layer_side(i, 1).shape for i in layers} == {(16, 4, 1, rope)}
+    assert {p.k.shape for p in pool.pages} == {(16 * 4, 1, rank)}  # stored as flat rows
     # deepseek_v2's own cache keeps 4 heads of 16 + 8 (K) and 16 (V): 160 values a token.
     token_bytes = pool.nbytes // (16 * 4)
     assert token_bytes == len(pool.pages) * (rank + rope) * pool.dtype.size

@@ -25,6 +25,7 @@ from mlx_paged.kernels.gated_delta import (
 )
 from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
 from mlx_paged.kernels.latent_attention import LatentSpec, latent_specs
+from mlx_paged.kernels.layer_kernels import LayerKernelSpec, layer_kernel_specs
 from mlx_paged.kernels.metal_capture import capture_metal_source
 from mlx_paged.kernels.paged_attention import paged_attention_decode
 from mlx_paged.kernels.paged_attention_geometry import define
@@ -50,6 +51,10 @@ GOLDEN_SPECS = [
     # DeepSeek-V3's latent rows (512 + 64): MLA decode, pass 1 and the merge.
     LatentSpec.parse("latent_simt_metal_bf16_r512_p64_bs16"),
     LatentSpec.parse("latent_reduce_metal_bf16_r512_p64_bs16"),
+    # `--lean-decode fused`'s layer kernels at a Qwen3 layer's shape.
+    LayerKernelSpec.parse("add_rms_norm_metal_bf16"),
+    LayerKernelSpec.parse("swiglu_metal_bf16"),
+    LayerKernelSpec.parse("qkv_rope_metal_bf16_hd128_h32k8_qkn"),
 ]
 
 
@@ -117,6 +122,15 @@ def test_latent_attention_metal_specs_compile():
         check_metal_source(source, spec.name)
         if spec.kernel != "reduce":
             assert "latent_pages [[buffer(" in source and "threadgroup T la_kv[" in source
+
+
+def test_layer_kernel_metal_specs_compile():
+    """The layer kernels read their inputs in place and write each output once."""
+    for spec in layer_kernel_specs("metal"):
+        source = capture_metal_source(spec)
+        check_metal_source(source, spec.name)
+        outputs = {"add_rms_norm": "normed", "swiglu": "out", "qkv_rope": "queries"}[spec.kind]
+        assert f"device T* {outputs} [[buffer(" in source or f"{outputs} [[buffer(" in source
 
 
 def test_captured_source_is_mlx_wrapping_of_our_body():

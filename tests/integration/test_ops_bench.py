@@ -12,12 +12,15 @@ import mlx.core as mx
 from mlx_paged.bench import ops
 
 # Per layer of the random llama / qwen3 / deepseek_v3 (2 and 4 layers compared): the engine's
-# decode step (the lean forward, `models/lean_decode.py`) and mlx-lm's forward of one token.
+# decode step (the lean forward, `models/lean_decode.py`), `--lean-decode fused`'s
+# (`models/lean_fused.py`) and mlx-lm's forward of one token.
 PINNED = {
-    "llama": {"ops_per_layer": 28, "ops_per_step": 130, "mlx_lm_ops_per_layer": 50},
-    "qwen3": {"ops_per_layer": 30, "ops_per_step": 138, "mlx_lm_ops_per_layer": 52},
-    "deepseek_v3": {"ops_per_layer": 44, "ops_per_step": 193, "mlx_lm_ops_per_layer": 64},
-}
+    "llama": {"ops_per_layer": 22, "ops_per_step": 107, "mlx_lm_ops_per_layer": 50,
+              "fused_ops_per_layer": 12, "fused_ops_per_step": 67},
+    "qwen3": {"ops_per_layer": 24, "ops_per_step": 115, "mlx_lm_ops_per_layer": 52,
+              "fused_ops_per_layer": 12, "fused_ops_per_step": 67},
+    "deepseek_v3": {"ops_per_layer": 40, "ops_per_step": 179, "mlx_lm_ops_per_layer": 64},
+}  # fmt: skip
 
 
 def test_decode_step_op_counts_are_pinned(tmp_path):
@@ -28,9 +31,16 @@ def test_decode_step_op_counts_are_pinned(tmp_path):
         got = {key: results[family][key] for key in pinned}
         assert got == pinned, family
         by_primitive = results[family]["per_layer_by_primitive"]
-        # The decode kernel (the MLA one's two passes), and RoPE as the node it is on a GPU.
+        # The decode kernel (the MLA one's two passes), RoPE as the node it is on a GPU, and
+        # each page write one scatter.
         kernels = 2 if family == "deepseek_v3" else 1
         assert by_primitive["CustomKernel"] == kernels and by_primitive["fast.rope"] == 2
+        assert by_primitive["ScatterAxis"] == 2 and "Scatter" not in by_primitive
+    # Fused: two add + RMSNorm kernels, qkv_rope, attention and SwiGLU; four matmuls, the two
+    # page writes and the attention output's reshape.
+    for family in ("llama", "qwen3"):
+        fused = results[family]["fused_per_layer_by_primitive"]
+        assert fused == {"CustomKernel": 5, "Matmul": 4, "ScatterAxis": 2, "Reshape": 1}
 
 
 def test_fast_ops_count_as_one_node_each():

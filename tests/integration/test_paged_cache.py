@@ -10,11 +10,11 @@ from mlx_lm.models.cache import make_prompt_cache
 from tiny_models import build_model
 
 from mlx_paged.kv.attention_hook import check_model_supported, install_attention_hook
+from mlx_paged.kv.page_arrays import make_slot_mapping
 from mlx_paged.kv.paged_cache import (
     PagedAttentionMetadata,
     PagedKVPool,
     PagedLayerCache,
-    split_slots,
 )
 
 
@@ -31,7 +31,7 @@ def metadata(tables, lens_before, num_new, block_size, width):
         block_tables=bt,
         context_lens=mx.array([s + n for s, n in zip(lens_before, num_new)], dtype=mx.int32),
         offsets=mx.array(lens_before, dtype=mx.int32),
-        slot_mapping=split_slots(slots, block_size),
+        slot_mapping=make_slot_mapping(slots, block_size),
         num_query_tokens=width,
     )
 
@@ -109,11 +109,11 @@ def _page_arrays(pool) -> list[mx.array]:
     return [a for p in pool.pages for a in p]
 
 
-@pytest.mark.parametrize("kv_bits", [16, 4])
-def test_decode_step_writes_the_pool_in_place(tiny_model_dir, tmp_path_factory, kv_bits):
+@pytest.mark.parametrize("kv_bits,lean", [(16, "on"), (4, "on"), (16, "fused")])
+def test_decode_step_writes_the_pool_in_place(tiny_model_dir, tmp_path_factory, kv_bits, lean):
     """A decode step scatters into the pages without copying them: every page array keeps its
     buffer (MLX donates it to the scatter only when the pool holds the sole reference); on
-    quantized pages, the one array of rows of each layer."""
+    quantized pages, the one array of rows of each layer; the fused lean step's rows too."""
     from mlx_paged import LLM, SamplingParams
 
     if kv_bits == 16:
@@ -121,7 +121,7 @@ def test_decode_step_writes_the_pool_in_place(tiny_model_dir, tmp_path_factory, 
     else:  # groups of 32 need a head dim they divide
         model = build_model(tmp_path_factory.mktemp("llama64"), "llama", head_dim=64)
     llm = LLM(str(model), kv_paged=True, block_size=16, num_blocks=64, kv_bits=kv_bits,
-              kv_group_size=32)  # fmt: skip
+              kv_group_size=32, lean_decode=lean)  # fmt: skip
     engine = llm.engine
     pool = engine.runner.pool
     engine.add_request(llm.encode("hello world"), SamplingParams(max_tokens=20, ignore_eos=True))

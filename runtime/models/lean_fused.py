@@ -1,0 +1,128 @@
+"""The lean decode step with each layer's small ops fused (`--lean-decode fused`).
+
+`LeanDecode` still spends a residual add and an RMSNorm where one node would do, a split and
+three nodes of SwiGLU, and a reshape, a split and two RoPE nodes (four more RMSNorm-related ones
+for qwen3) to get rotated heads out of the stacked q/k/v projection. `FusedDecode` runs the same
+blocks as: the add and the next norm in one kernel (`add_rms_norm`), the heads cut, normed and
+rotated in one (`qkv_rope`, which hands the page write its rows as they are), and SwiGLU read
+from the stacked gate/up output in one (`swiglu`): a llama layer is then 12 graph nodes
+(`mlx-paged bench ops`). The kernels run where the pool's decode backend is a GPU; elsewhere each
+call is its MLX reference, which is mlx-lm's own ops, so the step's tokens are mlx-lm's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from mlx_paged.kernels.layer_kernels import add_rms_norm, qkv_rope, swiglu
+from mlx_paged.kv.attention_hook import paged_scaled_dot_product_attention
+from mlx_paged.kv.paged_cache import PagedMask
+from mlx_paged.kv.rope_fusion import DeferredRoPE, rope_inv_freq
+
+# The families whose blocks are pre-norm RMSNorm with plain RoPE'd attention (gemma3's norms
+# and ministral3's query scaling keep `LeanDecode`'s ops).
+FUSED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "qwen2_moe", "qwen3_moe",
+                  "mixtral")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FusedLayer:
+    """One block as `FusedDecode` runs it: `qkv(x)` the stacked projection `(B, (H + 2 Hkv) *
+    D)` of `heads` (H, Hkv, D), `inv_freq` its RoPE, `norms` qwen3's (q weight, k weight, eps)
+    or None, `gate_up(x)` the stacked dense gate/up output (None: `mlp(x)` is the block's own
+    feed-forward, a mixture of experts)."""
+
+    block: object
+    qkv: object
+    heads: tuple[int, int, int]
+    inv_freq: mx.array
+    norms: tuple[mx.array, mx.array, float] | None
+    gate_up: object | None
+    mlp: object
+
+
+class FusedDecode:
+    """`decoder(tokens, caches)`: as `LeanDecode`, through `FusedLayer`s."""
+
+    def __init__(self, inner, layers: list[FusedLayer], windows: list[int | None]):
+        self.inner, self.layers, self.windows = inner, layers, windows
+
+    def __call__(self, tokens: mx.array, caches: list) -> mx.array:
+        backend = caches[0].pool.decode_backend
+        h = self.inner.embed_tokens(tokens)
+        x = self.layers[0].block.input_layernorm(h)
+        r = None
+        for layer, cache, window in zip(self.layers, caches, self.windows):
+            block = layer.block
+            if r is not None:
+                h, x = _add_norm(h, r, block.input_layernorm, backend)
+            a = _attention(layer, x, cache, window, backend)
+            h, x = _add_norm(h, a, block.post_attention_layernorm, backend)
+            r = _feed_forward(layer, x, backend)
+        return _add_norm(h, r, self.inner.norm, backend)[1]
+
+
+def _add_norm(h: mx.array, r: mx.array, norm, backend: str | None):
+    return add_rms_norm(h, r, norm.weight, norm.eps, backend)
+
+
+def _attention(layer: FusedLayer, x: mx.array, cache, window: int | None, backend) -> mx.array:
+    """The block's attention of normed `(B, D)` inputs through its output projection: the new
+    K/V written to the pages as `(B, Hkv, D)` rows, then the pages' decode attention."""
+    y = layer.qkv(x)
+    meta, attn = cache.metadata, layer.block.self_attn
+    if backend is None:
+        q, k, v = _qkv_reference(layer, y, meta.offsets)
+    else:
+        q, k, v = qkv_rope(y, meta.offsets, layer.inv_freq, layer.heads, backend, layer.norms)
+    cache.pool.write(cache.layer, k, v, meta.slot_mapping)
+    out = paged_scaled_dot_product_attention(q, None, None, cache, scale=attn.scale,
+                                             mask=PagedMask(window))  # fmt: skip
+    return attn.o_proj(out.reshape(x.shape[0], -1))
+
+
+def _qkv_reference(layer: FusedLayer, y: mx.array, offsets: mx.array):
+    """`qkv_rope` by the module's own norms and RoPE (what mlx-lm computes)."""
+    num_heads, num_kv_heads, head_dim = layer.heads
+    attn, rows = layer.block.self_attn, y.shape[0]
+    y = y.reshape(rows, num_heads + 2 * num_kv_heads, 1, head_dim)
+    q, k, v = mx.split(y, [num_heads, num_heads + num_kv_heads], axis=1)
+    if layer.norms is not None:
+        q, k = attn.q_norm(q), attn.k_norm(k)
+    q, k = attn.rope(q, offset=offsets), attn.rope(k, offset=offsets)
+    return q, k.reshape(rows, num_kv_heads, head_dim), v.reshape(rows, num_kv_heads, head_dim)
+
+
+def _feed_forward(layer: FusedLayer, x: mx.array, backend: str | None) -> mx.array:
+    if layer.gate_up is None:
+        return layer.mlp(x)
+    return layer.mlp.down_proj(swiglu(layer.gate_up(x), backend))
+
+
+def fused_layer(lean) -> FusedLayer | str:
+    """The `FusedLayer` of a `LeanLayer`, or why its block does not fuse."""
+    block = lean.block
+    attn = block.self_attn
+    if lean.stacked_qkv is None:
+        return "its attention is not stacked q/k/v heads"
+    if any(type(n) is not nn.RMSNorm for n in (block.input_layernorm,
+                                               block.post_attention_layernorm)):  # fmt: skip
+        return "its norms are not RMSNorm"
+    rope = attn.rope.rope if isinstance(attn.rope, DeferredRoPE) else attn.rope
+    inv_freq = rope_inv_freq(rope, lean.heads[2])
+    if inv_freq is None:
+        return "its RoPE is not a rotation the qkv_rope kernel expresses"
+    qk_norms = None
+    if hasattr(attn, "q_norm"):
+        q_norm, k_norm = attn.q_norm, attn.k_norm
+        if type(q_norm) is not nn.RMSNorm or type(k_norm) is not nn.RMSNorm:
+            return "its query and key norms are not RMSNorm"
+        if q_norm.eps != k_norm.eps:
+            return "its query and key norms differ in eps"
+        qk_norms = (q_norm.weight, k_norm.weight, q_norm.eps)
+    mlp = block.mlp if "mlp" in block else block.block_sparse_moe  # mixtral's name
+    mx.eval(inv_freq)
+    return FusedLayer(block, lean.stacked_qkv, lean.heads, inv_freq, qk_norms, lean.gate_up, mlp)

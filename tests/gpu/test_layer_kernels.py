@@ -1,0 +1,100 @@
+"""The layer kernels (`kernels/layer_kernels.py`) on the GPU against their MLX references, and
+the engine's greedy tokens with `--lean-decode fused` against mlx-lm's. `--lean-decode fused`
+stays opt-in until these pass on the H200."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+from mlx_lm import load
+from tiny_models import build_model, mlx_lm_greedy
+
+from mlx_paged import LLM, SamplingParams
+from mlx_paged.kernels.layer_kernels import add_rms_norm, qkv_rope, swiglu
+from mlx_paged.kernels.paged_attention import current_backend
+from mlx_paged.kernels.paged_attention_reference import rotate_half_rope
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = (mx.float16, mx.bfloat16, mx.float32)
+
+
+def _ulps_apart(got: mx.array, want: mx.array) -> int:
+    """The largest distance in units of the last place between equal-dtype arrays (16-bit
+    values compared as their integer bit patterns, which order like the values per sign)."""
+    if got.dtype == mx.float32:
+        a, b = np.array(got).view(np.int32), np.array(want).view(np.int32)
+    else:
+        a, b = np.array(got.view(mx.int16)), np.array(want.view(mx.int16))
+    return int(np.abs(a.astype(np.int64) - b.astype(np.int64)).max())
+
+
+def _normal(shape, seed, dtype, scale=1.0):
+    return (mx.random.normal(shape, key=mx.random.key(seed)) * scale).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dim", [64, 2048, 2050])
+def test_add_rms_norm_equals_mlx_add_and_rms_norm(dtype, dim):
+    h, r = _normal((7, dim), 1, dtype, 3.0), _normal((7, dim), 2, dtype)
+    weight = _normal((dim,), 3, dtype)
+    total, normed = add_rms_norm(h, r, weight, 1e-5, current_backend())
+    assert mx.array_equal(total, h + r).item()  # the add rounds once, as MLX's Add
+    # The sum of squares runs in another order than MLX's reduction: one ulp at most.
+    assert _ulps_apart(normed, mx.fast.rms_norm(h + r, weight, 1e-5)) <= 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_swiglu_equals_mlx_lms_swiglu(dtype):
+    gate_up = _normal((5, 2 * 1000), 4, dtype, 4.0)
+    got = swiglu(gate_up, current_backend())
+    want = swiglu(gate_up, None)
+    assert got.shape == (5, 1000)
+    assert _ulps_apart(got, want) <= 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("heads,rotated", [((8, 2, 64), 64), ((12, 4, 80), 40), ((4, 4, 128), 128)])
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_qkv_rope_cuts_norms_and_rotates_the_heads(dtype, heads, rotated, qk_norm):
+    num_heads, num_kv_heads, head_dim = heads
+    rows = 6
+    qkv = _normal((rows, (num_heads + 2 * num_kv_heads) * head_dim), 5, dtype)
+    positions = mx.array([0, 1, 7, 100, 1000, 4095], dtype=mx.int32)
+    inv_freq = (10000.0 ** -(mx.arange(0, rotated, 2) / rotated)).astype(mx.float32)
+    norms = None
+    y = qkv.reshape(rows, -1, 1, head_dim)
+    q, k, v = mx.split(y, [num_heads, num_heads + num_kv_heads], axis=1)
+    if qk_norm:
+        q_norm, k_norm = nn.RMSNorm(head_dim, eps=1e-6), nn.RMSNorm(head_dim, eps=1e-6)
+        q_norm.weight = _normal((head_dim,), 6, dtype)
+        k_norm.weight = _normal((head_dim,), 7, dtype)
+        norms = (q_norm.weight, k_norm.weight, 1e-6)
+        q, k = q_norm(q), k_norm(k)
+    want_q = rotate_half_rope(q, positions, inv_freq).astype(dtype)
+    want_k = rotate_half_rope(k, positions, inv_freq).astype(dtype)
+    got_q, got_k, got_v = qkv_rope(qkv, positions, inv_freq, heads, current_backend(), norms)
+    assert got_q.shape == (rows, num_heads, 1, head_dim)
+    assert got_k.shape == got_v.shape == (rows, num_kv_heads, head_dim)
+    assert mx.array_equal(got_v, v.reshape(rows, num_kv_heads, head_dim)).item()
+    # Angles of positions up to 4095 computed two ways: a few ulps at most.
+    tolerance = 1e-2 if dtype != mx.float32 else 1e-4
+    assert mx.allclose(got_q, want_q, atol=tolerance, rtol=tolerance).item()
+    assert mx.allclose(got_k, want_k.reshape(rows, num_kv_heads, head_dim), atol=tolerance,
+                       rtol=tolerance).item()  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen3", "qwen3_moe", "phi3"])
+def test_fused_steps_give_mlx_lms_tokens_on_the_gpu(tmp_path, model_type):
+    """mlx-lm's own generation on the GPU against the fused step, eager and compiled; the
+    kernels round as MLX's ops do, so tiny models' greedy tokens agree."""
+    path = str(build_model(tmp_path / model_type, model_type))
+    prompts = [list(range(5, 24)), [11, 12, 13], list(range(30, 70))]
+    expected = mlx_lm_greedy(load(path)[0], prompts, 24)
+    for compiled in ("off", "on"):
+        llm = LLM(path, num_blocks=64, block_size=16, lean_decode="fused",
+                  compile_decode=compiled)  # fmt: skip
+        got = llm.generate(prompts, SamplingParams(max_tokens=24, ignore_eos=True))
+        assert [r.token_ids for r in got] == expected, compiled

@@ -1,0 +1,85 @@
+"""`--lean-decode fused` (`models/lean_fused.py`) on the CPU, where each layer kernel call is
+its MLX reference: greedy tokens equal mlx-lm's for every family it covers, eager and compiled,
+beside prompts joining and leaving and under preemption; the page writes go through the pool as
+flat rows; models it cannot serve are refused at load, naming why. The kernels themselves run
+in `tests/gpu/test_layer_kernels.py`."""
+
+from __future__ import annotations
+
+import pytest
+from mlx_lm import load
+from tiny_models import build_model, mlx_lm_greedy
+
+from mlx_paged import LLM, SamplingParams
+from mlx_paged.models.lean_fused import FUSED_FAMILIES, FusedDecode
+
+PROMPTS = [list(range(5, 24)), [11, 12, 13], list(range(30, 70))]
+MAX_TOKENS = 16
+PARAMS = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True)
+
+
+@pytest.mark.parametrize("compile_decode", ["off", "on"])
+@pytest.mark.parametrize("model_type", FUSED_FAMILIES)
+def test_fused_steps_give_mlx_lms_tokens(tiny_model_dir, model_type, compile_decode):
+    path = str(tiny_model_dir(model_type))
+    expected = mlx_lm_greedy(load(path)[0], PROMPTS, MAX_TOKENS)
+    llm = LLM(path, num_blocks=64, block_size=4, lean_decode="fused",
+              compile_decode=compile_decode)  # fmt: skip
+    assert isinstance(llm.engine.runner.lean, FusedDecode)
+    got = llm.generate(PROMPTS, PARAMS)
+    assert [r.token_ids for r in got] == expected
+
+
+def test_qwen3_layers_carry_their_query_and_key_norms(tiny_model_dir):
+    llm = LLM(str(tiny_model_dir("qwen3")), num_blocks=32, block_size=4, lean_decode="fused")
+    layer = llm.engine.runner.lean.layers[0]
+    attn = layer.block.self_attn
+    assert layer.norms == (attn.q_norm.weight, attn.k_norm.weight, attn.q_norm.eps)
+    assert layer.gate_up is not None and layer.inv_freq.shape == (layer.heads[2] // 2,)
+
+
+def test_rows_joining_leaving_and_preempted_keep_mlx_lms_tokens(tiny_model_dir):
+    """A pool too small for every row at once: rows are preempted and recomputed, and rows of
+    several lengths join and leave the decode batch."""
+    path = str(tiny_model_dir("llama"))
+    prompts = [list(range(3, 3 + n)) for n in (5, 30, 12, 41, 2)]
+    lengths = [8, 24, 16, 20, 30]
+    expected = [mlx_lm_greedy(load(path)[0], [p], n)[0] for p, n in zip(prompts, lengths)]
+    llm = LLM(path, num_blocks=24, block_size=4, max_num_seqs=4, lean_decode="fused")
+    got = llm.generate(prompts, [SamplingParams(max_tokens=n, ignore_eos=True) for n in lengths])
+    assert [r.token_ids for r in got] == expected
+    assert llm.engine.metrics.preemptions_total > 0
+
+
+def test_windowed_layers_keep_their_windows(tmp_path):
+    path = str(build_model(tmp_path / "w", "llama", sliding_window=8,
+                           layer_types=["sliding_attention", "full_attention"]))  # fmt: skip
+    llm = LLM(path, num_blocks=64, block_size=4, lean_decode="fused")
+    assert llm.engine.runner.lean.windows == [8, None]
+    got = llm.generate(PROMPTS, SamplingParams(max_tokens=24, ignore_eos=True))
+    assert [r.token_ids for r in got] == mlx_lm_greedy(load(path)[0], PROMPTS, 24)
+
+
+def test_quantized_pages_take_the_fused_rows(tmp_path):
+    """8-bit pages: the fused step's rows are quantized on the way as the lean step's are."""
+    path = str(build_model(tmp_path / "q", "llama", head_dim=32, hidden_size=128))
+    on = LLM(path, num_blocks=64, block_size=4, kv_bits=8, kv_group_size=32)
+    fused = LLM(path, num_blocks=64, block_size=4, kv_bits=8, kv_group_size=32,
+                lean_decode="fused")  # fmt: skip
+    want = [r.token_ids for r in on.generate(PROMPTS, PARAMS)]
+    assert [r.token_ids for r in fused.generate(PROMPTS, PARAMS)] == want
+
+
+@pytest.mark.parametrize(
+    "model_type,why",
+    [("gemma3_text", "covers llama"), ("ministral3", "covers llama"),
+     ("deepseek_v3", "covers llama"), ("gemma2", "lean forward covers")],
+)  # fmt: skip
+def test_models_it_cannot_serve_are_refused_at_load(tiny_model_dir, model_type, why):
+    with pytest.raises(ValueError, match=f"--lean-decode fused.*{why}"):
+        LLM(str(tiny_model_dir(model_type)), num_blocks=32, lean_decode="fused")
+
+
+def test_fused_rope_on_is_refused_beside_it(tiny_model_dir):
+    with pytest.raises(ValueError, match="--fused-rope off"):
+        LLM(str(tiny_model_dir("llama")), num_blocks=32, lean_decode="fused", fused_rope="on")
