@@ -9,7 +9,9 @@ stacked at load (`fuse_projections`: the layer's own projections keep views of t
 nothing is held twice; phi3 stacks them itself), one reshape and one split into heads, gate and
 up from one matmul too.
 Norms, RoPE, the page writes and attention are the module's own calls and the attention hook's,
-so the step computes what mlx-lm's forward computes on pages.
+so the step computes what mlx-lm's forward computes on pages. Every row of a decode forward is
+one token, speculative verify rows and prefill chunk tokens riding along included, so those
+forwards run this step too.
 """
 
 from __future__ import annotations

@@ -79,7 +79,9 @@ def _attention(layer: FusedLayer, x: mx.array, cache, window: int | None, backen
     else:
         q, k, v = qkv_rope(y, meta.offsets, layer.inv_freq, layer.heads, backend, layer.norms)
     cache.pool.write(cache.layer, k, v, meta.slot_mapping)
-    out = paged_scaled_dot_product_attention(q, None, None, cache, scale=attn.scale,
+    if meta.decode_rows is not None:  # prefill chunk rows ride along: they attend to theirs too
+        k, v = k[:, :, None], v[:, :, None]
+    out = paged_scaled_dot_product_attention(q, k, v, cache, scale=attn.scale,
                                              mask=PagedMask(window))  # fmt: skip
     return attn.o_proj(out.reshape(x.shape[0], -1))
 

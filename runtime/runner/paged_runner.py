@@ -182,7 +182,10 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
         metas, ids = mixed_metadata(self.kv, decode, lens, slots, prefill)
         tokens = mx.concatenate([_padded(inputs, len(lens)), mx.array(ids, inputs.dtype)])
         with forward_on(self.pool):
-            hidden = self.logits_head.body(tokens[:, None], cache=self._caches(metas))
+            caches = self._caches(metas)
+            if self.lean is not None:  # every row one token: the lean step takes them too
+                return self.logits_head.head(self.lean(tokens, caches)[:real])
+            hidden = self.logits_head.body(tokens[:, None], cache=caches)
         return self.logits_head.head(hidden[:real, -1, :])
 
     def _decode_logits(self, inputs: mx.array, metas: list) -> mx.array:

@@ -1,8 +1,8 @@
 """`--lean-decode fused` (`models/lean_fused.py`) on the CPU, where each layer kernel call is
 its MLX reference: greedy tokens equal mlx-lm's for every family it covers, eager and compiled,
-beside prompts joining and leaving and under preemption; the page writes go through the pool as
-flat rows; models it cannot serve are refused at load, naming why. The kernels themselves run
-in `tests/gpu/test_layer_kernels.py`."""
+beside prompts joining and leaving, under preemption and with prefill chunks riding in decode
+forwards (the plain lean step too); models it cannot serve are refused at load, naming why.
+The kernels themselves run in `tests/gpu/test_layer_kernels.py`."""
 
 from __future__ import annotations
 
@@ -49,6 +49,27 @@ def test_rows_joining_leaving_and_preempted_keep_mlx_lms_tokens(tiny_model_dir):
     got = llm.generate(prompts, [SamplingParams(max_tokens=n, ignore_eos=True) for n in lengths])
     assert [r.token_ids for r in got] == expected
     assert llm.engine.metrics.preemptions_total > 0
+
+
+@pytest.mark.parametrize("lean", ["on", "fused"])
+def test_prefill_chunks_riding_in_decode_forwards_take_the_lean_step(tiny_model_dir, lean):
+    """A long prompt prefilled in chunks inside decode forwards (each chunk token a row of one
+    token): those forwards run the lean step too, and the tokens stay mlx-lm's."""
+    path = str(tiny_model_dir("qwen3"))
+    prompts = [list(range(5, 12)), list(range(20, 90))]
+    expected = mlx_lm_greedy(load(path)[0], prompts, MAX_TOKENS)
+    llm = LLM(path, num_blocks=64, block_size=4, max_num_seqs=4, max_num_batched_tokens=9,
+              prefill_step_size=16, lean_decode=lean)  # fmt: skip
+    runner, steps = llm.engine.runner, []
+    lean_step = runner.lean
+
+    def counted(tokens, caches):
+        steps.append(caches[0].metadata.decode_rows is not None)
+        return lean_step(tokens, caches)
+
+    runner.lean = counted
+    assert [r.token_ids for r in llm.generate(prompts, PARAMS)] == expected
+    assert any(steps), "no prefill chunk rode in a decode forward"
 
 
 def test_windowed_layers_keep_their_windows(tmp_path):
