@@ -116,6 +116,8 @@ ENGINE_METHODS = {
     "paged_kernel_eager": dict(paged_attention="kernel", compile_decode="off"),
     # mlx-lm's own forward for decode steps, against the lean step the defaults run.
     "paged_kernel_mlx_lm_forward": dict(paged_attention="kernel", lean_decode="off"),
+    # The lean step with the layer kernels (`--lean-decode fused`).
+    "paged_kernel_lean_fused": dict(paged_attention="kernel", lean_decode="fused"),
     "paged_kernel_fused_rope": dict(paged_attention="kernel", fused_rope="auto"),
     "paged_kernel_fused_rope_eager": dict(
         paged_attention="kernel", fused_rope="auto", compile_decode="off"

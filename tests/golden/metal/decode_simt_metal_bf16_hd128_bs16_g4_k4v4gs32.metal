@@ -47,6 +47,8 @@ const int64_t v_biases_strides[3] = {kv_pages_strides[0] * 2, kv_pages_strides[1
 const int pa_kv_head = threadgroup_position_in_grid.x;
 const int pa_seq = threadgroup_position_in_grid.y;
 const int pa_num_kv_heads = threadgroups_per_grid.x;
+const int64_t pa_k_strides[3] = {k_pages_strides[0], k_pages_strides[1], k_pages_strides[2]};
+const int64_t pa_v_strides[3] = {v_pages_strides[0], v_pages_strides[1], v_pages_strides[2]};
 const int pa_sg = simdgroup_index_in_threadgroup;
 const int pa_lane = thread_index_in_simdgroup;
 const int pa_tid = thread_index_in_threadgroup;
@@ -90,10 +92,10 @@ for (int g = 0; g < GQA; ++g) {
 const int pa_first_page = pa_begin / BLOCK_SIZE;
 const int pa_last_page = (pa_end - 1) / BLOCK_SIZE;
 const int64_t pa_table_row = int64_t(pa_seq) * block_tables_strides[0];
-const int64_t pa_k_head = int64_t(pa_kv_head) * k_pages_strides[2] + pa_sub * (EPL * 4 / 32);
+const int64_t pa_k_head = int64_t(pa_kv_head) * pa_k_strides[2] + pa_sub * (EPL * 4 / 32);
 const int64_t pa_k_scale = int64_t(pa_kv_head) * k_scales_strides[2] + pa_sub * EPL / 32;
 const int64_t pa_k_bias = int64_t(pa_kv_head) * k_biases_strides[2] + pa_sub * EPL / 32;
-const int64_t pa_v_head = int64_t(pa_kv_head) * v_pages_strides[2] + pa_sub * (EPL_V * 4 / 32);
+const int64_t pa_v_head = int64_t(pa_kv_head) * pa_v_strides[2] + pa_sub * (EPL_V * 4 / 32);
 const int64_t pa_v_scale = int64_t(pa_kv_head) * v_scales_strides[2] + pa_sub * EPL_V / 32;
 const int64_t pa_v_bias = int64_t(pa_kv_head) * v_biases_strides[2] + pa_sub * EPL_V / 32;
 // The next page's block id is fetched one page ahead, off the K/V loads' critical path.
@@ -119,13 +121,13 @@ for (int page = pa_first_page + pa_sg; page <= pa_last_page; page += NSG) {
       kr_bias[t] = static_cast<float>(k_biases[block * k_biases_strides[0] + slot * k_biases_strides[1] + pa_k_bias]);
       #pragma unroll
       for (int w = 0; w < EPL * 4 / 32; ++w) {
-        kr[t][w] = k_pages[block * k_pages_strides[0] + slot * k_pages_strides[1] + pa_k_head + w];
+        kr[t][w] = k_pages[block * pa_k_strides[0] + slot * pa_k_strides[1] + pa_k_head + w];
       }
       vr_scale[t] = static_cast<float>(v_scales[block * v_scales_strides[0] + slot * v_scales_strides[1] + pa_v_scale]);
       vr_bias[t] = static_cast<float>(v_biases[block * v_biases_strides[0] + slot * v_biases_strides[1] + pa_v_bias]);
       #pragma unroll
       for (int w = 0; w < EPL_V * 4 / 32; ++w) {
-        vr[t][w] = v_pages[block * v_pages_strides[0] + slot * v_pages_strides[1] + pa_v_head + w];
+        vr[t][w] = v_pages[block * pa_v_strides[0] + slot * pa_v_strides[1] + pa_v_head + w];
       }
     }
     float s[GQA][CHUNK];

@@ -3,14 +3,12 @@ template <typename T>
   const device bfloat16_t* queries [[buffer(0)]],
   const constant int64_t* queries_strides [[buffer(1)]],
   const device bfloat16_t* k_pages [[buffer(2)]],
-  const constant int64_t* k_pages_strides [[buffer(3)]],
-  const device bfloat16_t* v_pages [[buffer(4)]],
-  const constant int64_t* v_pages_strides [[buffer(5)]],
-  const device int32_t* block_tables [[buffer(6)]],
-  const constant int64_t* block_tables_strides [[buffer(7)]],
-  const device int32_t* seq_lens [[buffer(8)]],
-  const constant float* scale [[buffer(9)]],
-  device bfloat16_t* out [[buffer(10)]],
+  const device bfloat16_t* v_pages [[buffer(3)]],
+  const device int32_t* block_tables [[buffer(4)]],
+  const constant int64_t* block_tables_strides [[buffer(5)]],
+  const device int32_t* seq_lens [[buffer(6)]],
+  const constant float* scale [[buffer(7)]],
+  device bfloat16_t* out [[buffer(8)]],
   uint simdgroup_index_in_threadgroup [[simdgroup_index_in_threadgroup]],
   uint thread_index_in_simdgroup [[thread_index_in_simdgroup]],
   uint thread_index_in_threadgroup [[thread_index_in_threadgroup]],
@@ -34,6 +32,10 @@ const float pa_fmin = Limits<float>::finite_min;
 const int pa_kv_head = threadgroup_position_in_grid.x;
 const int pa_seq = threadgroup_position_in_grid.y;
 const int pa_num_kv_heads = threadgroups_per_grid.x;
+// Row-contiguous 16-bit pages, 4D or the pool's flat rows [blocks * BLOCK_SIZE, heads, dim]: a
+// block, a token row and a head apart, from the shape (the pool's flat rows have no 4D strides).
+const int64_t pa_k_strides[3] = {int64_t(BLOCK_SIZE) * pa_num_kv_heads * HEAD_DIM, int64_t(pa_num_kv_heads) * HEAD_DIM, HEAD_DIM};
+const int64_t pa_v_strides[3] = {int64_t(BLOCK_SIZE) * pa_num_kv_heads * VALUE_DIM, int64_t(pa_num_kv_heads) * VALUE_DIM, VALUE_DIM};
 const int pa_sg = simdgroup_index_in_threadgroup;
 const int pa_lane = thread_index_in_simdgroup;
 const int pa_tid = thread_index_in_threadgroup;
@@ -77,8 +79,8 @@ for (int g = 0; g < GQA; ++g) {
 const int pa_first_page = pa_begin / BLOCK_SIZE;
 const int pa_last_page = (pa_end - 1) / BLOCK_SIZE;
 const int64_t pa_table_row = int64_t(pa_seq) * block_tables_strides[0];
-const int64_t pa_k_head = int64_t(pa_kv_head) * k_pages_strides[2] + pa_sub * EPL;
-const int64_t pa_v_head = int64_t(pa_kv_head) * v_pages_strides[2] + pa_sub * EPL_V;
+const int64_t pa_k_head = int64_t(pa_kv_head) * pa_k_strides[2] + pa_sub * EPL;
+const int64_t pa_v_head = int64_t(pa_kv_head) * pa_v_strides[2] + pa_sub * EPL_V;
 // The next page's block id is fetched one page ahead, off the K/V loads' critical path.
 int64_t pa_block = pa_first_page + pa_sg <= pa_last_page
     ? int64_t(block_tables[pa_table_row + int64_t(pa_first_page + pa_sg) * block_tables_strides[1]]) : 0;
@@ -96,11 +98,11 @@ for (int page = pa_first_page + pa_sg; page <= pa_last_page; page += NSG) {
       const int64_t slot = (c0 + t) * RPW + pa_row;
       #pragma unroll
       for (int j = 0; j < (EPL); ++j) {
-        kr[t][j] = k_pages[(block * k_pages_strides[0] + slot * k_pages_strides[1] + pa_k_head) + j];
+        kr[t][j] = k_pages[(block * pa_k_strides[0] + slot * pa_k_strides[1] + pa_k_head) + j];
       }
       #pragma unroll
       for (int j = 0; j < (EPL_V); ++j) {
-        vr[t][j] = v_pages[(block * v_pages_strides[0] + slot * v_pages_strides[1] + pa_v_head) + j];
+        vr[t][j] = v_pages[(block * pa_v_strides[0] + slot * pa_v_strides[1] + pa_v_head) + j];
       }
     }
     float s[GQA][CHUNK];
