@@ -89,6 +89,12 @@ class Problem:
 def _problem(batch: int, context: int, args) -> Problem:
     dtype = _DTYPES[args.dtype]
     head_major = getattr(args, "head_major_pages", False)
+    bits, group = getattr(args, "kv_bits", 16), getattr(args, "kv_group_size", 32)
+    if head_major and bits == 16:
+        raise ValueError(
+            "--head-major-pages stores quantized rows head-major (give --kv-bits 8 or 4): the "
+            "kernels read 16-bit pages as flat token-major rows"
+        )
     q, k_pages, v_pages, tables, lens = make_problem(
         batch, context, num_heads=args.num_heads, num_kv_heads=args.num_kv_heads,
         head_dim=args.head_dim, block_size=args.block_size, dtype=dtype,
@@ -96,7 +102,6 @@ def _problem(batch: int, context: int, args) -> Problem:
         head_major_pages=head_major,
     )  # fmt: skip
     kv_bytes = 2 * batch * context * args.num_kv_heads * args.head_dim * dtype.size
-    bits, group = getattr(args, "kv_bits", 16), getattr(args, "kv_group_size", 32)
     read = (k_pages, v_pages)
     if bits < 16:
         kv = QuantizedKVPages.from_values(k_pages, v_pages, bits, bits, group)

@@ -37,6 +37,9 @@ class KernelDefinition:
     threads_per_threadgroup: int
     threadgroup_bytes: int
     ring_bytes: int = 0  # the K/V ring: static threadgroup memory on Metal, dynamic on CUDA
+    # MLX copies a strided input to row-contiguous memory before the kernel (its eval, not a
+    # graph node) for bodies that index their inputs as flat rows.
+    row_contiguous_inputs: bool = False
     notes: dict = field(default_factory=dict, compare=False)
 
     def num_buffers(self) -> int:
@@ -89,7 +92,7 @@ def compile_kernel(defn: KernelDefinition):
         output_names=list(defn.output_names),
         source=defn.source,
         header=defn.header,
-        ensure_row_contiguous=False,
+        ensure_row_contiguous=defn.row_contiguous_inputs,
     )
     if defn.backend == "metal":
         return mx.fast.metal_kernel(**common)

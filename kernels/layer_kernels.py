@@ -110,6 +110,7 @@ def define(spec: LayerKernelSpec) -> KernelDefinition:
             output_names=outputs,
             threads_per_threadgroup=spec.threads,
             threadgroup_bytes=4 * NORM_THREADS // 32 if spec.kind == "add_rms_norm" else 0,
+            row_contiguous_inputs=True,
         )
     )
 

@@ -48,7 +48,8 @@ def sample_inputs(spec: KernelSpec) -> tuple[list[mx.array], list, list]:
         kv = QuantizedKVPages.zeros(page_shape, dtype, spec.k_bits, spec.v_bits, spec.group_size)
         pages = [kv.rows]
     else:
-        pages = [mx.zeros(page_shape, dtype), mx.zeros((*page_shape[:3], spec.v_dim), dtype)]
+        rows = (page_shape[0] * page_shape[1], kv_heads)  # 16-bit pages: flat rows
+        pages = [mx.zeros((*rows, spec.head_dim), dtype), mx.zeros((*rows, spec.v_dim), dtype)]
     inputs = [
         mx.zeros((seqs, heads, 1, spec.head_dim), dtype),
         *pages,

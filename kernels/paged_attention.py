@@ -66,8 +66,8 @@ def paged_attention_decode(
     Hkv, D]` (V's may have a head size of their own, Dv, which the output then has),
     row-contiguous, or `QuantizedPages` of that shape (the kernels dequantize
     them in registers: the K and V sides of one `QuantizedKVPages`); `block_tables` is `(B,
-    max_blocks)` int32. 16-bit pages may also come as flat rows `[num_blocks * block_size,
-    Hkv, D]` (as the pool stores them), with `block_size` given.
+    max_blocks)` int32. The kernels read 16-bit pages as flat rows `[num_blocks * block_size,
+    Hkv, D]`: the pool's are, with `block_size` given; 4D ones are flattened (`flat_rows`).
 
     Args:
         kernel: run this kernel (a pass-1 name of `KERNELS`, for tests and benchmarks);
@@ -151,8 +151,8 @@ def _inputs(queries, k_pages, v_pages, block_tables, seq_lens, scale, window, ba
     scale_input = constant(float(scale), mx.float32, backend)
     if isinstance(k_pages, QuantizedPages):  # one array holds both sides
         pages = [k_pages.kv.rows]
-    else:
-        pages = [k_pages, v_pages]
+    else:  # the kernels read 16-bit pages as flat rows, as the pool stores them
+        pages = [flat_rows(k_pages), flat_rows(v_pages)]
     inputs = [queries, *pages, block_tables, seq_lens, scale_input]
     if window is not None:
         inputs.append(constant(int(window), mx.int32, backend))
@@ -214,6 +214,12 @@ def page_shape(pages, block_size: int | None) -> tuple[int, ...]:
             f"blocks of {block_size}"
         )
     return (shape[0] // block_size, block_size, *shape[1:])
+
+
+def flat_rows(pages: mx.array) -> mx.array:
+    """16-bit pages as the flat rows `[num_blocks * block_size, heads, dim]` the kernels read
+    (a view of 4D row-contiguous pages; a strided view is copied)."""
+    return pages if pages.ndim == 3 else pages.reshape(-1, *pages.shape[2:])
 
 
 def page_bits(k_pages, v_pages) -> tuple[int, int, int]:

@@ -102,9 +102,9 @@ def _add_kernels_methods(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--head-major-pages",
         action="store_true",
-        help="store each page KV-head-major ([Hkv, block, D], one head's page "
-        "contiguous; with --kv-bits, the quantized rows) and pass the kernels its "
-        "[block, Hkv, D] view: a layout experiment",
+        help="with --kv-bits 8 or 4, store each page's quantized rows KV-head-major (one "
+        "head's rows of a page contiguous) and pass the kernels their token-major view: a "
+        "layout experiment",
     )
     p.add_argument(
         "--chained",

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 from paged_cases import TOLERANCE, make_case, max_error, reference
 
-from mlx_paged.bench.problems import head_major_view
 from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
 from mlx_paged.kernels.paged_attention import paged_attention_decode
 
@@ -211,17 +210,19 @@ def test_query_view_with_strides():
     assert max_error(out, reference(view, *inputs[1:], 0.125)) <= TOLERANCE[F32]
 
 
-def test_head_major_page_views():
-    """Pages stored `[Hkv, block, D]` and passed as their `[block, Hkv, D]` view are read
-    through their strides (the benchmark's `--head-major-pages` layout experiment)."""
+def test_flat_rows_read_as_4d_pages_do():
+    """The pool's flat rows `[blocks * block_size, Hkv, D]` with their block size give every
+    kernel the output of the same pages passed 4D, bit for bit."""
     q, k_pages, v_pages, tables, lens = make_case(
         11, [1, 53, 1301, 4097], num_kv_heads=8, gqa=4, head_dim=128, block_size=16, dtype=BF16
     )
-    _assert_kernels_match(
-        (q, head_major_view(k_pages), head_major_view(v_pages), tables, lens),
-        reference(q, k_pages, v_pages, tables, lens, 0.088),
-        (None,) + SIMT + TENSOR_CORES,
-    )
+    flat = [p.reshape(-1, *p.shape[2:]) for p in (k_pages, v_pages)]
+    for kernel in (None,) + SIMT + TENSOR_CORES:
+        four_d = paged_attention_decode(q, k_pages, v_pages, tables, lens, scale=0.088,
+                                        kernel=kernel)  # fmt: skip
+        rows = paged_attention_decode(q, *flat, tables, lens, scale=0.088, kernel=kernel,
+                                      block_size=16)  # fmt: skip
+        assert mx.array_equal(rows, four_d).item(), kernel
 
 
 def test_unservable_inputs_name_the_spec():

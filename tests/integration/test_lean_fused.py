@@ -30,6 +30,44 @@ def test_fused_steps_give_mlx_lms_tokens(tiny_model_dir, model_type, compile_dec
     assert [r.token_ids for r in got] == expected
 
 
+def test_smollm2_fused_steps_give_mlx_lms_tokens(smollm2_dir):
+    """The embedded SmolLM2 (real weights, its own tokenizer and chat template)."""
+    from mlx_lm import stream_generate
+    from mlx_lm.sample_utils import make_logits_processors
+
+    llm = LLM(str(smollm2_dir), block_size=16, num_blocks=64, lean_decode="fused")
+    assert isinstance(llm.engine.runner.lean, FusedDecode)
+    prompt = llm.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True
+    )
+    eos = llm.tokenizer.eos_token_id
+    got = llm.generate([prompt], SamplingParams(max_tokens=12, logit_bias={eos: -100}))[0]
+    processors = make_logits_processors(logit_bias={eos: -100})
+    want = [r.token for r in stream_generate(llm.model, llm.tokenizer, prompt, max_tokens=12,
+                                             logits_processors=processors)]  # fmt: skip
+    assert got.token_ids == want and got.text.startswith("The capital of France is Paris.")
+
+
+def test_quantized_weights_fuse_and_stay_exact(tmp_path):
+    """4-bit weights: the stacked projections are quantized matmuls, as the lean step's."""
+    import json
+
+    import mlx.nn as nn
+    from mlx_lm.utils import save_config, save_model
+
+    path = build_model(tmp_path / "q", "qwen3", intermediate_size=128, hidden_size=128,
+                       head_dim=32)  # fmt: skip
+    model, _ = load(str(path))
+    nn.quantize(model, group_size=32, bits=4)
+    save_model(path, model)
+    config = {**json.loads((path / "config.json").read_text()),
+              "quantization": {"group_size": 32, "bits": 4}}  # fmt: skip
+    save_config(config, config_path=path / "config.json")
+    expected = mlx_lm_greedy(load(str(path))[0], PROMPTS, MAX_TOKENS)
+    llm = LLM(str(path), num_blocks=64, block_size=4, lean_decode="fused")
+    assert [r.token_ids for r in llm.generate(PROMPTS, PARAMS)] == expected
+
+
 def test_qwen3_layers_carry_their_query_and_key_norms(tiny_model_dir):
     llm = LLM(str(tiny_model_dir("qwen3")), num_blocks=32, block_size=4, lean_decode="fused")
     layer = llm.engine.runner.lean.layers[0]

@@ -145,15 +145,13 @@ def test_captured_source_is_mlx_wrapping_of_our_body():
     for arg in (
         "uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]]",
         "uint thread_index_in_simdgroup [[thread_index_in_simdgroup]]",
-        "const constant int64_t* block_tables_strides",
+        "const constant int64_t* k_pages_strides",
         "const device int32_t* seq_lens",
         "const constant int32_t* window",
         "device float* partial_out",
     ):
         assert arg in source
-    # 16-bit pages' strides come from the shape (the pool hands flat rows): no stride argument.
-    assert "k_pages_strides" not in source and "k_pages_shape" not in source
-    assert "thread_position_in_grid" not in source
+    assert "k_pages_shape" not in source and "thread_position_in_grid" not in source
     assert "template [[host_name(" in source
 
 

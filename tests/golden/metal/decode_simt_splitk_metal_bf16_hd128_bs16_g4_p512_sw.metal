@@ -3,15 +3,17 @@ template <typename T>
   const device bfloat16_t* queries [[buffer(0)]],
   const constant int64_t* queries_strides [[buffer(1)]],
   const device bfloat16_t* k_pages [[buffer(2)]],
-  const device bfloat16_t* v_pages [[buffer(3)]],
-  const device int32_t* block_tables [[buffer(4)]],
-  const constant int64_t* block_tables_strides [[buffer(5)]],
-  const device int32_t* seq_lens [[buffer(6)]],
-  const constant float* scale [[buffer(7)]],
-  const constant int32_t* window [[buffer(8)]],
-  device float* partial_out [[buffer(9)]],
-  device float* partial_max [[buffer(10)]],
-  device float* partial_sum [[buffer(11)]],
+  const constant int64_t* k_pages_strides [[buffer(3)]],
+  const device bfloat16_t* v_pages [[buffer(4)]],
+  const constant int64_t* v_pages_strides [[buffer(5)]],
+  const device int32_t* block_tables [[buffer(6)]],
+  const constant int64_t* block_tables_strides [[buffer(7)]],
+  const device int32_t* seq_lens [[buffer(8)]],
+  const constant float* scale [[buffer(9)]],
+  const constant int32_t* window [[buffer(10)]],
+  device float* partial_out [[buffer(11)]],
+  device float* partial_max [[buffer(12)]],
+  device float* partial_sum [[buffer(13)]],
   uint simdgroup_index_in_threadgroup [[simdgroup_index_in_threadgroup]],
   uint thread_index_in_simdgroup [[thread_index_in_simdgroup]],
   uint thread_index_in_threadgroup [[thread_index_in_threadgroup]],
@@ -36,10 +38,10 @@ const float pa_fmin = Limits<float>::finite_min;
 const int pa_kv_head = threadgroup_position_in_grid.x;
 const int pa_seq = threadgroup_position_in_grid.y;
 const int pa_num_kv_heads = threadgroups_per_grid.x;
-// Row-contiguous 16-bit pages, 4D or the pool's flat rows [blocks * BLOCK_SIZE, heads, dim]: a
-// block, a token row and a head apart, from the shape (the pool's flat rows have no 4D strides).
-const int64_t pa_k_strides[3] = {int64_t(BLOCK_SIZE) * pa_num_kv_heads * HEAD_DIM, int64_t(pa_num_kv_heads) * HEAD_DIM, HEAD_DIM};
-const int64_t pa_v_strides[3] = {int64_t(BLOCK_SIZE) * pa_num_kv_heads * VALUE_DIM, int64_t(pa_num_kv_heads) * VALUE_DIM, VALUE_DIM};
+// 16-bit pages arrive as flat rows [blocks * BLOCK_SIZE, heads, dim] (the launcher flattens 4D
+// ones): a block, a token row and a head apart.
+const int64_t pa_k_strides[3] = {BLOCK_SIZE * k_pages_strides[0], k_pages_strides[0], k_pages_strides[1]};
+const int64_t pa_v_strides[3] = {BLOCK_SIZE * v_pages_strides[0], v_pages_strides[0], v_pages_strides[1]};
 const int pa_sg = simdgroup_index_in_threadgroup;
 const int pa_lane = thread_index_in_simdgroup;
 const int pa_tid = thread_index_in_threadgroup;
