@@ -58,7 +58,7 @@ def _chunk_logprobs(model, pool, tokens: list[int], start: int, n: int) -> mx.ar
     slots = [table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(start, start + n)]
     meta = PagedAttentionMetadata(
         block_tables=input_array([table]), context_lens=input_array([start + n]),
-        offsets=input_array([start]), slot_mapping=make_slot_mapping(slots, BLOCK_SIZE),
+        offsets=input_array([start]), slot_mapping=make_slot_mapping(slots),
         num_query_tokens=n, prefill_rows=((start, n, input_array(table)),),
     )  # fmt: skip
     caches = [PagedLayerCache(pool, i, meta) for i in range(pool.num_layers)]

@@ -96,7 +96,7 @@ def _probe_logits(model, layout: KVLayout, block_size: int, freqs) -> mx.array:
             block_tables=tables,
             context_lens=mx.array([start[0] + tokens.shape[1]], dtype=mx.int32),
             offsets=mx.array(start, dtype=mx.int32),
-            slot_mapping=make_slot_mapping(block_size + positions, block_size),
+            slot_mapping=make_slot_mapping(block_size + positions),
             num_query_tokens=tokens.shape[1],
             rope_in_attention=fused,
         )

@@ -19,16 +19,20 @@ from mlx_paged.kernels.kernel_inputs import input_array
 
 class SlotMapping:
     """Where each of N new tokens' K/V is written: `slots` `(N, 1, 1)` int32 flat slot numbers
-    (`block * block_size + offset`), and the same as `blocks` and `offsets` `(N,)` (the rows of
-    quantized pages)."""
+    (`block * block_size + offset`)."""
 
-    def __init__(self, slots: mx.array, blocks: mx.array, offsets: mx.array):
-        self.slots, self.blocks, self.offsets = slots, blocks, offsets
+    def __init__(self, slots: mx.array):
+        self.slots = slots
         self._indices: dict[tuple[int, ...], mx.array] = {}
+        self._rows: tuple[mx.array, mx.array] | None = None
 
-    @property
-    def arrays(self) -> tuple[mx.array, mx.array, mx.array]:
-        return self.slots, self.blocks, self.offsets
+    def rows(self, block_size: int) -> tuple[mx.array, mx.array]:
+        """The slots as `(block ids, offsets in the block)` `(N,)`: the index of quantized
+        pages' rows, built once a forward."""
+        if self._rows is None:
+            flat = self.slots.reshape(-1)
+            self._rows = (flat // block_size, flat % block_size)
+        return self._rows
 
     def indices(self, shape: tuple[int, ...]) -> mx.array:
         """`slots` broadcast to `shape` `(N, heads, dim)`: the index of a write of that shape,
@@ -58,9 +62,7 @@ class KVPages(NamedTuple):
         return KVPages(k, v)
 
 
-def make_slot_mapping(slots, block_size: int) -> SlotMapping:
+def make_slot_mapping(slots) -> SlotMapping:
     """The `SlotMapping` of flat slot numbers `slots` (`block * block_size + offset`, a list or
     numpy array)."""
-    slots = np.asarray(slots, dtype=np.int32)
-    return SlotMapping(input_array(slots.reshape(-1, 1, 1)), input_array(slots // block_size),
-                       input_array(slots % block_size))  # fmt: skip
+    return SlotMapping(input_array(np.asarray(slots, dtype=np.int32).reshape(-1, 1, 1)))

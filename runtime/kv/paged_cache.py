@@ -206,7 +206,7 @@ class PagedKVPool:
         self.pages[array] = None  # drop our reference before the scatter: it may reuse the buffer
         try:
             if isinstance(pages, QuantizedKVPages):
-                pages = pages.write((mapping.blocks, mapping.offsets), *new)
+                pages = pages.write(mapping.rows(self.block_size), *new)
             elif view is None:
                 pages = pages.write(mapping, *new)
             else:  # through the layer's view, back to the array's own shape

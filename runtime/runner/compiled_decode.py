@@ -53,7 +53,7 @@ class CompiledDecode:
         try:
             logits, counters_next, new_pages, new_states = self._compiled(
                 tokens, [m.block_tables for m in metas], meta.context_lens,
-                [m.slot_mapping.arrays for m in metas], counters, pages, *hybrid,
+                [m.slot_mapping.slots for m in metas], counters, pages, *hybrid,
             )  # fmt: skip
         except BaseException:  # a failed trace left tracers in the pool and the counter chain
             pool.pages[:] = pages
@@ -81,7 +81,7 @@ class CompiledDecode:
                 block_tables=tables,
                 context_lens=context_lens,
                 offsets=context_lens - 1,
-                slot_mapping=SlotMapping(*slots),
+                slot_mapping=SlotMapping(slots),
                 num_query_tokens=1,
                 rope_in_attention=pool.rope_inv_freq is not None,
             )

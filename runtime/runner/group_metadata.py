@@ -48,7 +48,7 @@ def prefill_metadata(kv, rows, starts, counts, width: int) -> list[PagedAttentio
             block_tables=input_array([t + [0] * (max_blocks - len(t)) for t in tables]),
             context_lens=input_array([s + n for s, n in zip(starts, counts)]),
             offsets=input_array(starts),
-            slot_mapping=make_slot_mapping(slots, bs),
+            slot_mapping=make_slot_mapping(slots),
             num_query_tokens=width,
             # Prefill only: a start forward (one token per row) attends like a decode step.
             prefill_rows=tuple(prefill_row(*row, bs) for row in zip(tables, starts, counts))
@@ -59,7 +59,7 @@ def prefill_metadata(kv, rows, starts, counts, width: int) -> list[PagedAttentio
 
 
 def decode_metadata(
-    tables: list, lens: np.ndarray, slots: list, block_size: int, rope_in_attention: bool = False
+    tables: list, lens: np.ndarray, slots: list, rope_in_attention: bool = False
 ) -> list[PagedAttentionMetadata]:
     """Per group, the metadata of decode rows (one query each, at `lens - 1`) from that group's
     `tables[g]` and `slots[g]`."""
@@ -68,7 +68,7 @@ def decode_metadata(
             block_tables=input_array(t),
             context_lens=input_array(lens),
             offsets=input_array(lens - 1),
-            slot_mapping=make_slot_mapping(s, block_size),
+            slot_mapping=make_slot_mapping(s),
             num_query_tokens=1,
             rope_in_attention=rope_in_attention,
         )
@@ -96,8 +96,7 @@ def mixed_metadata(kv, decode: list[PagedAttentionMetadata], lens, slots, prefil
         metas.append(dataclasses.replace(
             meta,
             offsets=offsets,
-            slot_mapping=make_slot_mapping(np.concatenate([group_slots, chunk_slots]),
-                                           kv.block_size),
+            slot_mapping=make_slot_mapping(np.concatenate([group_slots, chunk_slots])),
             prefill_rows=tuple(rows),
             decode_rows=meta,
         ))  # fmt: skip

@@ -164,9 +164,7 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
         speculative step's tokens)."""
         padded = self.compiled_decode is not None
         real, tables, lens, slots = self._decode_batch(padded, rows, context_lens)
-        metas = decode_metadata(
-            tables, lens, slots, self.pool.block_size, self.pool.rope_inv_freq is not None
-        )
+        metas = decode_metadata(tables, lens, slots, self.pool.rope_inv_freq is not None)
         if self.compiled_decode is None:
             return self._decode_logits(inputs, metas)
         return self.compiled_decode(_padded(inputs, len(lens)), metas)[:real]
@@ -178,7 +176,7 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
         # Padded as compiled steps are, so the decode kernels meet few shapes.
         real, tables, lens, slots = self._decode_batch(padded=True)
         # The decode rows' own metadata is built once here, not sliced in every layer.
-        decode = decode_metadata(tables, lens, slots, self.pool.block_size)
+        decode = decode_metadata(tables, lens, slots)
         metas, ids = mixed_metadata(self.kv, decode, lens, slots, prefill)
         tokens = mx.concatenate([_padded(inputs, len(lens)), mx.array(ids, inputs.dtype)])
         with forward_on(self.pool):

@@ -154,7 +154,7 @@ def test_pool_pages_whose_write_failed_are_zeroed_and_the_prefix_cache_dropped(l
     bad = broken_array()
     pool = runner.pool
     layer_shape = (1, pool.page_shape[2], 1, pool.page_shape[3])
-    slots = make_slot_mapping([17 * pool.block_size], pool.block_size)
+    slots = make_slot_mapping([17 * pool.block_size])
     pool.write(0, mx.broadcast_to(bad[..., :1], layer_shape), mx.zeros(layer_shape), slots)
     with pytest.raises(RuntimeError):
         mx.eval(pool.pages)

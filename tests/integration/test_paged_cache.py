@@ -31,7 +31,7 @@ def metadata(tables, lens_before, num_new, block_size, width):
         block_tables=bt,
         context_lens=mx.array([s + n for s, n in zip(lens_before, num_new)], dtype=mx.int32),
         offsets=mx.array(lens_before, dtype=mx.int32),
-        slot_mapping=make_slot_mapping(slots, block_size),
+        slot_mapping=make_slot_mapping(slots),
         num_query_tokens=width,
     )
 

@@ -24,7 +24,7 @@ def test_written_values_read_back_as_mlx_dequantizes_them(bits, group):
     pool = PagedKVPool(1, 6, 4, 2, 64, mx.bfloat16, k_bits=bits, v_bits=16, group_size=group)
     keys = mx.random.normal((1, 2, 5, 64), key=mx.random.key(bits + group)).astype(mx.bfloat16)
     values = keys + 1
-    pool.write(0, keys, values, make_slot_mapping(list(range(8, 13)), 4))  # blocks 2 and 3
+    pool.write(0, keys, values, make_slot_mapping(list(range(8, 13))))  # blocks 2 and 3
     pages = pool.pages[0]
     got = gather_pages(pages.k, mx.array([[2, 3]]))[:, :, :5]
     want = mx.dequantize(*mx.quantize(keys, group_size=group, bits=bits), group_size=group,
@@ -64,7 +64,7 @@ def test_latent_rows_quantize_the_latent_and_the_rope_keys_each_at_its_own_size(
     pool = PagedKVPool(1, 4, 4, 1, 512, mx.bfloat16, bits, bits, 64, [(1, 512, 64)])
     latent = mx.random.normal((1, 1, 3, 512), key=mx.random.key(bits)).astype(mx.bfloat16)
     rope = mx.random.normal((1, 1, 3, 64), key=mx.random.key(9)).astype(mx.bfloat16)
-    pool.write(0, latent, rope, make_slot_mapping([4, 5, 6], 4))  # block 1
+    pool.write(0, latent, rope, make_slot_mapping([4, 5, 6]))  # block 1
     pages = pool.pages[0]
     # 576 values at `bits`, and 9 groups of 64 with a bf16 scale and bias each; 8-byte rows.
     assert pages.rows.shape[-1] * 4 == -(-(576 * bits // 8 + 9 * 4) // 8) * 8
