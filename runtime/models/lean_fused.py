@@ -32,8 +32,9 @@ FUSED_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "qwen2_moe", "qw
 class FusedLayer:
     """One block as `FusedDecode` runs it: `qkv(x)` the stacked projection `(B, (H + 2 Hkv) *
     D)` of `heads` (H, Hkv, D), `inv_freq` its RoPE, `norms` qwen3's (q weight, k weight, eps)
-    or None, `gate_up(x)` the stacked dense gate/up output (None: `mlp(x)` is the block's own
-    feed-forward, a mixture of experts)."""
+    or None, `gate_up(x)` a dense SwiGLU's stacked gate/up output, `mlp` the block's feed-forward
+    module (its `down_proj` after `swiglu` where dense; called as it is, a mixture of experts,
+    where `gate_up` is None)."""
 
     block: object
     qkv: object

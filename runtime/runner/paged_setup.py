@@ -179,18 +179,7 @@ def build_paged_path(
     `FusedDecode` ("fused"; RoPE then runs in its own kernel, not in attention).
     """
     rules, layout, lean = _prepare_model(model, model_type, fused_rope, lean_decode)
-    if isinstance(lean, FusedDecode):  # its qkv_rope kernel rotates; attention must not again
-        if fused_rope == "on":
-            raise ValueError("--lean-decode fused applies RoPE itself: use --fused-rope off")
-        fused_rope = "off"
-    # Latent pages quantize their two sides apart; the kernels of per-head pages take one size.
-    if layout.values_differ and not layout.latent and min(k_bits, v_bits) < 16:
-        raise ValueError(
-            "quantized pages keep K and V of one head size, and this model's V heads differ "
-            "from its K heads: use --kv-bits 16"
-        )
-    for head_dim in {dim for _, k, _, v in layout.shapes for dim in (k, v)}:
-        check_kv_quantization(k_bits, v_bits, kv_group_size, head_dim)
+    fused_rope = _checked_settings(layout, lean, fused_rope, k_bits, v_bits, kv_group_size)
     groups = _kv_groups(layout, kv_groups, min(k_bits, v_bits) < 16)
     block_bytes = block_size * kv_bytes_per_token(layout, k_bits, v_bits, kv_group_size, groups)
     wanted = state_pool_slots(max_live_requests) if layout.state else 0
@@ -210,6 +199,24 @@ def build_paged_path(
     _log_pool(pool, block_bytes // block_size, enable_prefix_caching, states, wanted)
     compiled = compile_decode == "on" or (compile_decode == "auto" and bool(pool.decode_backend))
     return PagedRunner(model, pool, kv, compiled, layout.plan, states, lean), kv
+
+
+def _checked_settings(layout, lean, fused_rope: str, k_bits: int, v_bits: int, group: int) -> str:
+    """Refuse page bits the layout cannot take and RoPE fused twice; the `fused_rope` mode the
+    attention paths then take (off beside `FusedDecode`, whose qkv_rope kernel rotates)."""
+    # Latent pages quantize their two sides apart; the kernels of per-head pages take one size.
+    if layout.values_differ and not layout.latent and min(k_bits, v_bits) < 16:
+        raise ValueError(
+            "quantized pages keep K and V of one head size, and this model's V heads differ "
+            "from its K heads: use --kv-bits 16"
+        )
+    for head_dim in {dim for _, k, _, v in layout.shapes for dim in (k, v)}:
+        check_kv_quantization(k_bits, v_bits, group, head_dim)
+    if not isinstance(lean, FusedDecode):
+        return fused_rope
+    if fused_rope == "on":
+        raise ValueError("--lean-decode fused applies RoPE itself: use --fused-rope off")
+    return "off"
 
 
 def _prepare_model(model, model_type: str, fused_rope: str, lean_decode: str = "off"):
