@@ -13,6 +13,7 @@ import mlx.core as mx
 from mlx_paged.kernels.counter_chain import CounterChain
 from mlx_paged.kernels.kernel_inputs import constant
 from mlx_paged.kernels.kernel_spec import KernelSpec, UnsupportedSpecError
+from mlx_paged.kernels.page_inputs import check_quantized_sides, flat_rows, page_bits, page_shape
 from mlx_paged.kernels.paged_attention_plan import launch_plan
 from mlx_paged.kernels.paged_attention_routing import routed_specs
 from mlx_paged.kernels.quantized_pages import QuantizedKVPages, QuantizedPages
@@ -56,6 +57,7 @@ def paged_attention_decode(
     chunk: int | None = None,
     softcap: float | None = None,
     block_size: int | None = None,
+    flat_output: bool = False,
 ) -> mx.array:
     """Decode attention of `(B, Hq, 1, D)` queries over paged K/V, on the GPU kernels.
 
@@ -73,6 +75,8 @@ def paged_attention_decode(
         kernel: run this kernel (a pass-1 name of `KERNELS`, for tests and benchmarks);
             None routes (`paged_attention_routing.route`).
         partition_size: with `kernel`, its partition length (default: the routed one).
+        flat_output: return `(B, Hq * Dv)` rows instead of `(B, Hq, 1, Dv)` (no reshape node
+            before an output projection).
         compiled: False builds the kernel nodes anew on every call (`LaunchPlan.launch_eager`),
             for `bench/host_cost.py` to compare against.
         counters: the chain of the fused split-K's partition counters (default: the process's
@@ -86,7 +90,8 @@ def paged_attention_decode(
         raise UnsupportedSpecError("a decode call takes a sliding window or a chunk, not both")
     plan = _checked_plan(queries, k_pages, v_pages, block_tables, window or chunk, sinks,
                          backend, kernel, partition_size, chunked=chunk is not None,
-                         softcap=softcap is not None, block_size=block_size)  # fmt: skip
+                         softcap=softcap is not None, block_size=block_size,
+                         flat_output=flat_output)  # fmt: skip
     inputs = _inputs(queries, k_pages, v_pages, block_tables, seq_lens, scale, window or chunk,
                      backend)  # fmt: skip
     if softcap is not None:
@@ -170,7 +175,7 @@ def _launch(plan, inputs: list, compiled: bool, counters: CounterChain | None) -
 
 def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backend, kernel,
                   partition_size, rope=False, chunked=False, softcap=False,
-                  block_size=None):  # fmt: skip
+                  block_size=None, flat_output=False):  # fmt: skip
     """The launch plan of this call's shape, after the checks that need no GPU work
     (`window`: the window or, `chunked`, the chunk size)."""
     if backend is None:
@@ -185,10 +190,11 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
         backend, queries.dtype, num_seqs, num_heads, num_queries, head_dim, k_shape[1],
         k_shape[2], block_tables.shape[1], window is not None and not chunked, kernel,
         partition_size, rope, page_bits(k_pages, v_pages), value_dim, chunked, softcap,
+        flat_output,
     )  # fmt: skip
     if sinks is not None:
         raise UnsupportedSpecError(f"{plan.name}: attention sinks are not implemented")
-    _check_quantized_sides(plan.name, k_pages, v_pages)
+    check_quantized_sides(plan.name, k_pages, v_pages)
     k_dtype, v_dtype = k_pages.dtype, v_pages.dtype
     if (
         k_shape[3] != head_dim
@@ -200,44 +206,6 @@ def _checked_plan(queries, k_pages, v_pages, block_tables, window, sinks, backen
             f"not match pages {k_pages.shape} {k_dtype}/{v_dtype}"
         )
     return plan
-
-
-def page_shape(pages, block_size: int | None) -> tuple[int, ...]:
-    """`[num_blocks, block_size, heads, dim]` of 4D pages, or of flat rows `[num_blocks *
-    block_size, heads, dim]` with their `block_size`."""
-    shape = tuple(pages.shape)
-    if len(shape) == 4:
-        return shape
-    if len(shape) != 3 or not block_size or shape[0] % block_size:
-        raise UnsupportedSpecError(
-            f"pages {shape} are neither [blocks, block_size, heads, dim] nor flat rows of "
-            f"blocks of {block_size}"
-        )
-    return (shape[0] // block_size, block_size, *shape[1:])
-
-
-def flat_rows(pages: mx.array) -> mx.array:
-    """16-bit pages as the flat rows `[num_blocks * block_size, heads, dim]` the kernels read
-    (a view of 4D row-contiguous pages; a strided view is copied)."""
-    return pages if pages.ndim == 3 else pages.reshape(-1, *pages.shape[2:])
-
-
-def page_bits(k_pages, v_pages) -> tuple[int, int, int]:
-    """(K bits, V bits, group size) of the pages: 16 for pages of the model's dtype, and a
-    group size of 0 when neither is quantized."""
-    if isinstance(k_pages, QuantizedPages):
-        kv = k_pages.kv
-        return kv.k_bits, kv.v_bits, kv.group_size
-    return 16, 16, 0
-
-
-def _check_quantized_sides(name: str, k_pages, v_pages) -> None:
-    """Quantized pages reach the kernels as the two sides of one `QuantizedKVPages`."""
-    sides = [isinstance(p, QuantizedPages) for p in (k_pages, v_pages)]
-    if any(sides) and not (all(sides) and k_pages.kv.rows is v_pages.kv.rows):
-        raise UnsupportedSpecError(
-            f"{name}: quantized pages must be the K and V sides of one QuantizedKVPages"
-        )
 
 
 def warm_up(

@@ -80,6 +80,7 @@ def launch_plan(
     value_dim: int = 0,
     chunked: bool = False,
     softcap: bool = False,
+    flat_output: bool = False,
 ) -> LaunchPlan:
     """The plan of one shape (see `paged_attention_decode` for the arguments; `rope`: the
     `decode_rope_*` kernels; `bits`: K bits, V bits and group size of quantized pages;
@@ -104,7 +105,8 @@ def launch_plan(
             f"{spec.name}: decode kernels take one query per row, not {num_queries}"
         )
     shapes = dict(
-        groups=groups, out_shape=(num_seqs, num_heads, num_queries, spec.v_dim), dtype=dtype,
+        groups=groups, out_shape=_out_shape(num_seqs, num_heads, num_queries, spec, flat_output),
+        dtype=dtype,
         window=sliding_window or chunked, rope=rope, page_inputs=1 if spec.quantized else 2,
     )  # fmt: skip
     tg = _threads(spec)
@@ -120,6 +122,16 @@ def launch_plan(
             spec.name, build(spec), grid, (tg, 1, 1), packed, True, counter_slots=groups, **shapes
         )
     return _two_pass_plan(spec, grid, tg, (num_seqs, num_heads, num_partitions), shapes)
+
+
+def _out_shape(num_seqs: int, num_heads: int, num_queries: int, spec: KernelSpec, flat: bool):
+    """`(B, Hq, 1, Dv)`, or with `flat` the same rows as `(B, Hq * Dv)` (what an output
+    projection reads: the kernels write flat rows either way)."""
+    if not flat:
+        return (num_seqs, num_heads, num_queries, spec.v_dim)
+    if spec.rope:
+        raise UnsupportedSpecError(f"{spec.name}: the RoPE kernels hand back (B, Hq, 1, D)")
+    return (num_seqs, num_heads * num_queries * spec.v_dim)
 
 
 def _two_pass_plan(spec: KernelSpec, grid, tg: int, rows: tuple, shapes: dict) -> LaunchPlan:

@@ -5,8 +5,9 @@ three nodes of SwiGLU, and a reshape, a split and two RoPE nodes (four more RMSN
 for qwen3) to get rotated heads out of the stacked q/k/v projection. `FusedDecode` runs the same
 blocks as: the add and the next norm in one kernel (`add_rms_norm`), the heads cut, normed and
 rotated in one (`qkv_rope`, which hands the page write its rows as they are), and SwiGLU read
-from the stacked gate/up output in one (`swiglu`): a llama layer is then 12 graph nodes
-(`mlx-paged bench ops`). The kernels run where the pool's decode backend is a GPU; elsewhere each
+from the stacked gate/up output in one (`swiglu`), and the attention kernel hands back rows
+the output projection reads as they are: a llama layer is then 11 graph nodes (`mlx-paged bench
+ops`). The kernels run where the pool's decode backend is a GPU; elsewhere each
 call is its MLX reference, which is mlx-lm's own ops, so the step's tokens are mlx-lm's.
 """
 
@@ -18,6 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlx_paged.kernels.layer_kernels import add_rms_norm, qkv_rope, swiglu
+from mlx_paged.kernels.paged_attention import paged_attention_decode
 from mlx_paged.kv.attention_hook import paged_scaled_dot_product_attention
 from mlx_paged.kv.paged_cache import PagedMask
 from mlx_paged.kv.rope_fusion import DeferredRoPE, rope_inv_freq
@@ -79,7 +81,16 @@ def _attention(layer: FusedLayer, x: mx.array, cache, window: int | None, backen
         q, k, v = _qkv_reference(layer, y, meta.offsets)
     else:
         q, k, v = qkv_rope(y, meta.offsets, layer.inv_freq, layer.heads, backend, layer.norms)
-    cache.pool.write(cache.layer, k, v, meta.slot_mapping)
+    pool = cache.pool
+    pool.write(cache.layer, k, v, meta.slot_mapping)
+    if backend is not None and meta.decode_rows is None:  # the kernel hands back (B, H * D)
+        pool.attention_calls["kernel", "decode"] += 1
+        out = paged_attention_decode(
+            q, *cache.decode_pages, meta.block_tables, meta.context_lens, scale=attn.scale,
+            window=window, backend=backend, counters=pool.counters, block_size=pool.block_size,
+            flat_output=True,
+        )  # fmt: skip
+        return attn.o_proj(out)
     if meta.decode_rows is not None:  # prefill chunk rows ride along: they attend to theirs too
         k, v = k[:, :, None], v[:, :, None]
     out = paged_scaled_dot_product_attention(q, k, v, cache, scale=attn.scale,

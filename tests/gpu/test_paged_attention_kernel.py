@@ -212,7 +212,8 @@ def test_query_view_with_strides():
 
 def test_flat_rows_read_as_4d_pages_do():
     """The pool's flat rows `[blocks * block_size, Hkv, D]` with their block size give every
-    kernel the output of the same pages passed 4D, bit for bit."""
+    kernel the output of the same pages passed 4D, bit for bit; `flat_output` the same output
+    as `(B, Hq * D)` rows."""
     q, k_pages, v_pages, tables, lens = make_case(
         11, [1, 53, 1301, 4097], num_kv_heads=8, gqa=4, head_dim=128, block_size=16, dtype=BF16
     )
@@ -223,6 +224,10 @@ def test_flat_rows_read_as_4d_pages_do():
         rows = paged_attention_decode(q, *flat, tables, lens, scale=0.088, kernel=kernel,
                                       block_size=16)  # fmt: skip
         assert mx.array_equal(rows, four_d).item(), kernel
+        flat_out = paged_attention_decode(q, *flat, tables, lens, scale=0.088, kernel=kernel,
+                                          block_size=16, flat_output=True)  # fmt: skip
+        assert flat_out.shape == (q.shape[0], q.shape[1] * q.shape[3])
+        assert mx.array_equal(flat_out, four_d.reshape(flat_out.shape)).item(), kernel
 
 
 def test_unservable_inputs_name_the_spec():
