@@ -128,6 +128,11 @@ def add_rms_norm(h: mx.array, r: mx.array, weight: mx.array, eps: float, backend
         total = h + r
         return total, mx.fast.rms_norm(total, weight, eps)
     spec = LayerKernelSpec("add_rms_norm", backend, _dtype_name(h.dtype))
+    if r.dtype != h.dtype or weight.dtype != h.dtype:
+        raise UnsupportedSpecError(
+            f"{spec.name}: the residual {h.dtype}, the update {r.dtype} and the norm weight "
+            f"{weight.dtype} must share one dtype"
+        )
     rows, dim = h.shape
     return build(spec)(
         inputs=[h, r, weight, constant(float(eps), mx.float32, backend)],

@@ -122,21 +122,19 @@ def fused_layer(lean) -> FusedLayer | str:
     attn = block.self_attn
     if lean.stacked_qkv is None:
         return "its attention is not stacked q/k/v heads"
-    if any(type(n) is not nn.RMSNorm for n in (block.input_layernorm,
-                                               block.post_attention_layernorm)):  # fmt: skip
+    norms = [block.input_layernorm, block.post_attention_layernorm]
+    qk_norms = None
+    if hasattr(attn, "q_norm"):
+        norms += [attn.q_norm, attn.k_norm]
+        qk_norms = (attn.q_norm.weight, attn.k_norm.weight, attn.q_norm.eps)
+    if any(type(n) is not nn.RMSNorm for n in norms):
         return "its norms are not RMSNorm"
+    if len({n.weight.dtype for n in norms}) > 1 or (qk_norms and attn.k_norm.eps != qk_norms[2]):
+        return "its norms differ in weight dtype or in eps"
     rope = attn.rope.rope if isinstance(attn.rope, DeferredRoPE) else attn.rope
     inv_freq = rope_inv_freq(rope, lean.heads[2])
     if inv_freq is None:
         return "its RoPE is not a rotation the qkv_rope kernel expresses"
-    qk_norms = None
-    if hasattr(attn, "q_norm"):
-        q_norm, k_norm = attn.q_norm, attn.k_norm
-        if type(q_norm) is not nn.RMSNorm or type(k_norm) is not nn.RMSNorm:
-            return "its query and key norms are not RMSNorm"
-        if q_norm.eps != k_norm.eps:
-            return "its query and key norms differ in eps"
-        qk_norms = (q_norm.weight, k_norm.weight, q_norm.eps)
     mlp = block.mlp if "mlp" in block else block.block_sparse_moe  # mixtral's name
     mx.eval(inv_freq)
     return FusedLayer(block, lean.stacked_qkv, lean.heads, inv_freq, qk_norms, lean.gate_up, mlp)

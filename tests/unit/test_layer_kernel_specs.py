@@ -71,3 +71,10 @@ def test_qkv_rope_has_no_cpu_form():
     with pytest.raises(UnsupportedSpecError):
         qkv_rope(mx.zeros((1, 6 * 64)), mx.zeros((1,), mx.int32), mx.zeros((32,)), (4, 1, 64),
                  None)  # fmt: skip
+
+
+def test_add_rms_norm_refuses_mixed_dtypes_before_any_kernel():
+    """A kernel of one T would read a float32 update as bf16: refused, naming the dtypes."""
+    h, r = mx.zeros((2, 64), mx.bfloat16), mx.zeros((2, 64), mx.float32)
+    with pytest.raises(UnsupportedSpecError, match="share one dtype"):
+        add_rms_norm(h, r, mx.ones((64,), mx.bfloat16), 1e-5, "cuda")
