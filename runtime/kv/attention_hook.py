@@ -104,6 +104,22 @@ def _paged(queries, keys, values, cache, scale: float, rules: PagedMask, sinks) 
     )  # fmt: skip
 
 
+def decode_rows_attention(queries, cache, scale: float, window: int | None) -> mx.array | None:
+    """A plain decode step's attention as `(B, Hq * D)` rows, which an output projection reads
+    with no reshape node: the generated kernel's, where the pool has one and the step is one
+    query a row with no RoPE deferred to attention; else None (the caller takes the hook's
+    `(B, Hq, 1, D)` output)."""
+    meta, pool = cache.metadata, cache.pool
+    if pool.decode_backend is None or meta.decode_rows is not None or meta.rope_in_attention:
+        return None
+    pool.attention_calls["kernel", "decode"] += 1
+    return paged_attention_decode(
+        queries, *cache.decode_pages, meta.block_tables, meta.context_lens, scale=scale,
+        window=window, backend=pool.decode_backend, counters=pool.counters,
+        block_size=pool.block_size, flat_output=True,
+    )  # fmt: skip
+
+
 def _shared_source(keys):
     """The paged cache whose update returned `keys` in this forward, or None."""
     entry = _active_pool.fetched.get(id(keys))

@@ -27,7 +27,7 @@ from mlx_lm.models.activations import swiglu
 from mlx_lm.models.gemma3_text import clip_residual
 from mlx_lm.models.ministral3 import _get_llama_4_attn_scale
 
-from mlx_paged.kv.attention_hook import paged_scaled_dot_product_attention
+from mlx_paged.kv.attention_hook import decode_rows_attention, paged_scaled_dot_product_attention
 from mlx_paged.kv.paged_cache import PagedMask
 from mlx_paged.models.fused_projections import fuse_projections
 from mlx_paged.models.lean_fused import FUSED_FAMILIES, FusedDecode, fused_layer
@@ -100,6 +100,9 @@ def _attention(attn, qkv, heads, x: mx.array, cache, window: int | None, scale) 
     k, v = cache.update_and_fetch(k, v)
     if scale is not None:
         q = q * scale
+    rows = decode_rows_attention(q, cache, attn.scale, window)
+    if rows is not None:
+        return attn.o_proj(rows)
     out = paged_scaled_dot_product_attention(q, k, v, cache, scale=attn.scale,
                                              mask=PagedMask(window))  # fmt: skip
     return attn.o_proj(out.reshape(x.shape[0], -1))

@@ -19,8 +19,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlx_paged.kernels.layer_kernels import add_rms_norm, qkv_rope, swiglu
-from mlx_paged.kernels.paged_attention import paged_attention_decode
-from mlx_paged.kv.attention_hook import paged_scaled_dot_product_attention
+from mlx_paged.kv.attention_hook import decode_rows_attention, paged_scaled_dot_product_attention
 from mlx_paged.kv.paged_cache import PagedMask
 from mlx_paged.kv.rope_fusion import DeferredRoPE, rope_inv_freq
 
@@ -81,16 +80,10 @@ def _attention(layer: FusedLayer, x: mx.array, cache, window: int | None, backen
         q, k, v = _qkv_reference(layer, y, meta.offsets)
     else:
         q, k, v = qkv_rope(y, meta.offsets, layer.inv_freq, layer.heads, backend, layer.norms)
-    pool = cache.pool
-    pool.write(cache.layer, k, v, meta.slot_mapping)
-    if backend is not None and meta.decode_rows is None:  # the kernel hands back (B, H * D)
-        pool.attention_calls["kernel", "decode"] += 1
-        out = paged_attention_decode(
-            q, *cache.decode_pages, meta.block_tables, meta.context_lens, scale=attn.scale,
-            window=window, backend=backend, counters=pool.counters, block_size=pool.block_size,
-            flat_output=True,
-        )  # fmt: skip
-        return attn.o_proj(out)
+    cache.pool.write(cache.layer, k, v, meta.slot_mapping)
+    rows = decode_rows_attention(q, cache, attn.scale, window)
+    if rows is not None:
+        return attn.o_proj(rows)
     if meta.decode_rows is not None:  # prefill chunk rows ride along: they attend to theirs too
         k, v = k[:, :, None], v[:, :, None]
     out = paged_scaled_dot_product_attention(q, k, v, cache, scale=attn.scale,

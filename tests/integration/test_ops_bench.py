@@ -15,9 +15,9 @@ from mlx_paged.bench import ops
 # decode step (the lean forward, `models/lean_decode.py`), `--lean-decode fused`'s
 # (`models/lean_fused.py`) and mlx-lm's forward of one token.
 PINNED = {
-    "llama": {"ops_per_layer": 22, "ops_per_step": 107, "mlx_lm_ops_per_layer": 50,
+    "llama": {"ops_per_layer": 21, "ops_per_step": 103, "mlx_lm_ops_per_layer": 50,
               "fused_ops_per_layer": 11, "fused_ops_per_step": 63},
-    "qwen3": {"ops_per_layer": 24, "ops_per_step": 115, "mlx_lm_ops_per_layer": 52,
+    "qwen3": {"ops_per_layer": 23, "ops_per_step": 111, "mlx_lm_ops_per_layer": 52,
               "fused_ops_per_layer": 11, "fused_ops_per_step": 63},
     "deepseek_v3": {"ops_per_layer": 40, "ops_per_step": 179, "mlx_lm_ops_per_layer": 64},
 }  # fmt: skip
