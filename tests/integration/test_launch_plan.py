@@ -243,3 +243,28 @@ def test_two_pass_reduce_gets_seq_lens_and_window_after_the_page_arrays(bits):
     tables, scale = mx.zeros((2, 128), mx.int32), mx.array([1.0])
     plan.launch_eager(mx.zeros((2, 32, 1, 128)), *pages, tables, lens, scale, window)
     assert seen["reduce"][3] is lens and seen["reduce"][4] is window
+
+
+def test_flat_output_plans_declare_the_output_projections_rows():
+    """The kernels write flat rows either way; a `flat_output` plan declares them `(B, Hq * D)`,
+    a plan of its own (the plans are cached by every argument)."""
+    plain, flat = _plan(2, 128), _plan(2, 128, flat_output=True)
+    assert plain.out_shape == (2, 32, 1, 128) and flat.out_shape == (2, 32 * 128)
+    assert flat is not plain and flat.name == plain.name
+    with pytest.raises(UnsupportedSpecError, match="RoPE kernels hand back"):
+        _plan(2, 128, rope=True, flat_output=True)
+
+
+def test_flat_pages_take_their_block_size():
+    """The pool's flat rows `[blocks * block_size, Hkv, D]` have a 4D shape only with the
+    block size; without it, or with rows that are not whole blocks, they are refused."""
+    from mlx_paged.kernels.page_inputs import flat_rows, page_shape
+
+    rows = mx.zeros((64, 8, 128), mx.bfloat16)
+    assert page_shape(rows, 16) == (4, 16, 8, 128)
+    assert page_shape(rows.reshape(4, 16, 8, 128), None) == (4, 16, 8, 128)
+    for block_size in (None, 24):
+        with pytest.raises(UnsupportedSpecError, match="flat rows"):
+            page_shape(rows, block_size)
+    assert flat_rows(rows.reshape(4, 16, 8, 128)).shape == (64, 8, 128)
+    assert flat_rows(rows) is rows
