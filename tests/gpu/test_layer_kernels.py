@@ -42,8 +42,9 @@ def test_add_rms_norm_equals_mlx_add_and_rms_norm(dtype, dim):
     weight = _normal((dim,), 3, dtype)
     total, normed = add_rms_norm(h, r, weight, 1e-5, current_backend())
     assert mx.array_equal(total, h + r).item()  # the add rounds once, as MLX's Add
-    # The sum of squares runs in another order than MLX's reduction: one ulp at most.
-    assert _ulps_apart(normed, mx.fast.rms_norm(h + r, weight, 1e-5)) <= 1
+    # The sum of squares runs in another order than MLX's reduction: the normalized value may
+    # round one ulp apart, which the weight's product can carry to two.
+    assert _ulps_apart(normed, mx.fast.rms_norm(h + r, weight, 1e-5)) <= 2
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -52,7 +53,8 @@ def test_swiglu_equals_mlx_lms_swiglu(dtype):
     got = swiglu(gate_up, current_backend())
     want = swiglu(gate_up, None)
     assert got.shape == (5, 1000)
-    assert _ulps_apart(got, want) <= 1
+    # Another exp than MLX's may round the sigmoid one ulp apart; the two products carry it.
+    assert _ulps_apart(got, want) <= 2
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
