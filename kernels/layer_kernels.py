@@ -54,7 +54,7 @@ class LayerKernelSpec:
 
     @property
     def name(self) -> str:
-        base = f"{self.kind}_{self.backend}_{DTYPE_SHORT[self.dtype]}"
+        base = f"{self.kind}_{self.backend}_{DTYPE_SHORT.get(self.dtype, self.dtype)}"
         if self.kind != "qkv_rope":
             return base
         norm = "_qkn" if self.qk_norm else ""

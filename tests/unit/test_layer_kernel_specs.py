@@ -37,6 +37,13 @@ def test_bad_names_are_refused_naming_the_format(bad):
         LayerKernelSpec.parse(bad)
 
 
+def test_unknown_dtypes_and_backends_are_refused_naming_the_spec():
+    with pytest.raises(UnsupportedSpecError, match="swiglu_cuda_int8: not a layer kernel"):
+        LayerKernelSpec("swiglu", "cuda", "int8")
+    with pytest.raises(UnsupportedSpecError, match="swiglu_vulkan_f16"):
+        LayerKernelSpec("swiglu", "vulkan", "float16")
+
+
 def test_head_layouts_belong_to_qkv_rope_only():
     with pytest.raises(UnsupportedSpecError, match="only qkv_rope"):
         LayerKernelSpec("swiglu", "cuda", "bfloat16", head_dim=64)
