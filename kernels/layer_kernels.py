@@ -178,8 +178,10 @@ def qkv_rope(
     num_heads, num_kv_heads, head_dim = heads
     spec = LayerKernelSpec("qkv_rope", backend, _dtype_name(qkv.dtype), head_dim, num_heads,
                            num_kv_heads, norms is not None)  # fmt: skip
+    if norms is not None and {norms[0].dtype, norms[1].dtype} != {qkv.dtype}:
+        raise UnsupportedSpecError(f"{spec.name}: the norm weights must be {qkv.dtype}")
     rows = qkv.shape[0]
-    inputs = [qkv, positions.astype(mx.int32), inv_freq]
+    inputs = [qkv, positions.astype(mx.int32), inv_freq.astype(mx.float32)]
     if norms is not None:
         inputs += [norms[0], norms[1], constant(float(norms[2]), mx.float32, backend)]
     dtype = qkv.dtype

@@ -85,3 +85,10 @@ def test_add_rms_norm_refuses_mixed_dtypes_before_any_kernel():
     h, r = mx.zeros((2, 64), mx.bfloat16), mx.zeros((2, 64), mx.float32)
     with pytest.raises(UnsupportedSpecError, match="share one dtype"):
         add_rms_norm(h, r, mx.ones((64,), mx.bfloat16), 1e-5, "cuda")
+
+
+def test_qkv_rope_refuses_norm_weights_of_another_dtype():
+    qkv = mx.zeros((1, 6 * 64), mx.bfloat16)
+    norms = (mx.ones((64,), mx.float32), mx.ones((64,), mx.float32), 1e-6)
+    with pytest.raises(UnsupportedSpecError, match="norm weights must be"):
+        qkv_rope(qkv, mx.zeros((1,), mx.int32), mx.zeros((32,)), (4, 1, 64), "cuda", norms)
