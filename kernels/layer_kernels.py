@@ -121,20 +121,29 @@ def build(spec: LayerKernelSpec):
     return compile_kernel(define(spec))
 
 
+@functools.cache
+def _kernel(kind: str, backend: str, dtype: mx.Dtype, heads=(0, 0, 0), qk_norm=False):
+    """The kernel object a launcher calls, by plain key: no spec is built and checked again on
+    every call of a decode step."""
+    head_dim, num_heads, num_kv_heads = heads
+    spec = LayerKernelSpec(kind, backend, _dtype_name(dtype), head_dim, num_heads, num_kv_heads,
+                           qk_norm)  # fmt: skip
+    return build(spec)
+
+
 def add_rms_norm(h: mx.array, r: mx.array, weight: mx.array, eps: float, backend: str | None):
     """`(h + r, rms_norm(h + r) * weight)` of `(B, D)` rows: one kernel on `backend`, MLX's
     two ops where it is None."""
     if backend is None:
         total = h + r
         return total, mx.fast.rms_norm(total, weight, eps)
-    spec = LayerKernelSpec("add_rms_norm", backend, _dtype_name(h.dtype))
     if r.dtype != h.dtype or weight.dtype != h.dtype:
         raise UnsupportedSpecError(
-            f"{spec.name}: the residual {h.dtype}, the update {r.dtype} and the norm weight "
+            f"add_rms_norm: the residual {h.dtype}, the update {r.dtype} and the norm weight "
             f"{weight.dtype} must share one dtype"
         )
     rows, dim = h.shape
-    return build(spec)(
+    return _kernel("add_rms_norm", backend, h.dtype)(
         inputs=[h, r, weight, constant(float(eps), mx.float32, backend)],
         template=[("T", h.dtype)],
         grid=(rows * NORM_THREADS, 1, 1),
@@ -149,10 +158,9 @@ def swiglu(gate_up: mx.array, backend: str | None) -> mx.array:
     mlx-lm's `swiglu` of the two halves where it is None."""
     if backend is None:
         return mlx_lm_swiglu(*mx.split(gate_up, 2, axis=-1))
-    spec = LayerKernelSpec("swiglu", backend, _dtype_name(gate_up.dtype))
     rows, width = gate_up.shape[0], gate_up.shape[1] // 2
     threads = -(-rows * width // ELEMENT_THREADS) * ELEMENT_THREADS
-    return build(spec)(
+    return _kernel("swiglu", backend, gate_up.dtype)(
         inputs=[gate_up],
         template=[("T", gate_up.dtype)],
         grid=(threads, 1, 1),
@@ -176,16 +184,16 @@ def qkv_rope(
     after per-head RMSNorm with `norms` = (q weight, k weight, eps) where given. One kernel;
     the caller runs the model's own ops off the GPU."""
     num_heads, num_kv_heads, head_dim = heads
-    spec = LayerKernelSpec("qkv_rope", backend, _dtype_name(qkv.dtype), head_dim, num_heads,
-                           num_kv_heads, norms is not None)  # fmt: skip
     if norms is not None and {norms[0].dtype, norms[1].dtype} != {qkv.dtype}:
-        raise UnsupportedSpecError(f"{spec.name}: the norm weights must be {qkv.dtype}")
+        raise UnsupportedSpecError(f"qkv_rope: the norm weights must be {qkv.dtype}")
+    kernel = _kernel("qkv_rope", backend, qkv.dtype, (head_dim, num_heads, num_kv_heads),
+                     norms is not None)  # fmt: skip
     rows = qkv.shape[0]
     inputs = [qkv, positions.astype(mx.int32), inv_freq.astype(mx.float32)]
     if norms is not None:
         inputs += [norms[0], norms[1], constant(float(norms[2]), mx.float32, backend)]
     dtype = qkv.dtype
-    return tuple(build(spec)(
+    return tuple(kernel(
         inputs=inputs,
         template=[("T", dtype)],
         grid=(rows * (num_heads + 2 * num_kv_heads) * 32, 1, 1),

@@ -77,12 +77,7 @@ def _paged(queries, keys, values, cache, scale: float, rules: PagedMask, sinks) 
     meta, pool, window = cache.metadata, cache.pool, rules.window
     phase = "decode" if meta.num_query_tokens == 1 else "prefill"
     if phase == "decode" and pool.decode_backend is not None and sinks is None:
-        pool.attention_calls["kernel", phase] += 1
-        return paged_attention_decode(
-            queries, *cache.decode_pages, meta.block_tables, meta.context_lens,
-            scale=scale, window=window, backend=pool.decode_backend, counters=pool.counters,
-            chunk=rules.chunk, softcap=rules.softcap, block_size=pool.block_size,
-        )  # fmt: skip
+        return _kernel_decode(queries, cache, scale, window, rules.chunk, rules.softcap)
     # Soft-capped scores (gemma2) and chunks (llama4) have no MLX SDPA: the reference serves
     # their prefill.
     plain = sinks is None and rules.softcap is None and rules.chunk is None
@@ -109,14 +104,20 @@ def decode_rows_attention(queries, cache, scale: float, window: int | None) -> m
     with no reshape node: the generated kernel's, where the pool has one and the step is one
     query a row with no RoPE deferred to attention; else None (the caller takes the hook's
     `(B, Hq, 1, D)` output)."""
-    meta, pool = cache.metadata, cache.pool
-    if pool.decode_backend is None or meta.decode_rows is not None or meta.rope_in_attention:
+    meta = cache.metadata
+    if cache.pool.decode_backend is None or meta.decode_rows is not None or meta.rope_in_attention:
         return None
+    return _kernel_decode(queries, cache, scale, window, flat_output=True)
+
+
+def _kernel_decode(queries, cache, scale, window, chunk=None, softcap=None, flat_output=False):
+    """The generated decode kernel over `cache`'s pages, counted in `attention_calls`."""
+    meta, pool = cache.metadata, cache.pool
     pool.attention_calls["kernel", "decode"] += 1
     return paged_attention_decode(
         queries, *cache.decode_pages, meta.block_tables, meta.context_lens, scale=scale,
-        window=window, backend=pool.decode_backend, counters=pool.counters,
-        block_size=pool.block_size, flat_output=True,
+        window=window, backend=pool.decode_backend, counters=pool.counters, chunk=chunk,
+        softcap=softcap, block_size=pool.block_size, flat_output=flat_output,
     )  # fmt: skip
 
 

@@ -30,7 +30,7 @@ from mlx_lm.models.ministral3 import _get_llama_4_attn_scale
 from mlx_paged.kv.attention_hook import decode_rows_attention, paged_scaled_dot_product_attention
 from mlx_paged.kv.paged_cache import PagedMask
 from mlx_paged.models.fused_projections import fuse_projections
-from mlx_paged.models.lean_fused import FUSED_FAMILIES, FusedDecode, fused_layer
+from mlx_paged.models.lean_fused import FUSED_FAMILIES, FusedDecode, fused_layer, rotated_heads
 from mlx_paged.models.lean_latent import LATENT_FAMILIES, latent_attend
 
 logger = logging.getLogger(__name__)
@@ -91,12 +91,7 @@ def _attention(attn, qkv, heads, x: mx.array, cache, window: int | None, scale) 
     """`attn`'s attention of normed `(B, D)` inputs, its queries, keys and values from `qkv` in
     `heads` (query heads, KV heads, head size), through its output projection; `scale`
     multiplies the RoPE'd queries where not None."""
-    num_heads, num_kv_heads, head_dim = heads
-    y = qkv(x).reshape(x.shape[0], num_heads + 2 * num_kv_heads, 1, head_dim)
-    q, k, v = mx.split(y, [num_heads, num_heads + num_kv_heads], axis=1)
-    if hasattr(attn, "q_norm"):  # qwen3, gemma3
-        q, k = attn.q_norm(q), attn.k_norm(k)
-    q, k = attn.rope(q, offset=cache.offset), attn.rope(k, offset=cache.offset)
+    q, k, v = rotated_heads(attn, qkv(x), heads, cache.offset)
     k, v = cache.update_and_fetch(k, v)
     if scale is not None:
         q = q * scale

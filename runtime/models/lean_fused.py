@@ -91,16 +91,23 @@ def _attention(layer: FusedLayer, x: mx.array, cache, window: int | None, backen
     return attn.o_proj(out.reshape(x.shape[0], -1))
 
 
-def _qkv_reference(layer: FusedLayer, y: mx.array, offsets: mx.array):
-    """`qkv_rope` by the module's own norms and RoPE (what mlx-lm computes)."""
-    num_heads, num_kv_heads, head_dim = layer.heads
-    attn, rows = layer.block.self_attn, y.shape[0]
-    y = y.reshape(rows, num_heads + 2 * num_kv_heads, 1, head_dim)
+def rotated_heads(attn, y: mx.array, heads: tuple[int, int, int], offset):
+    """Queries, keys and values `(B, heads, 1, D)` of the stacked q/k/v output `y` (`heads` =
+    (H, Hkv, D)), queries and keys normed where `attn` norms them (qwen3, gemma3) and rotated at
+    `offset`, by the module's own calls (what mlx-lm computes)."""
+    num_heads, num_kv_heads, head_dim = heads
+    y = y.reshape(y.shape[0], num_heads + 2 * num_kv_heads, 1, head_dim)
     q, k, v = mx.split(y, [num_heads, num_heads + num_kv_heads], axis=1)
-    if layer.norms is not None:
+    if hasattr(attn, "q_norm"):
         q, k = attn.q_norm(q), attn.k_norm(k)
-    q, k = attn.rope(q, offset=offsets), attn.rope(k, offset=offsets)
-    return q, k.reshape(rows, num_kv_heads, head_dim), v.reshape(rows, num_kv_heads, head_dim)
+    return attn.rope(q, offset=offset), attn.rope(k, offset=offset), v
+
+
+def _qkv_reference(layer: FusedLayer, y: mx.array, offsets: mx.array):
+    """`qkv_rope` by the module's own norms and RoPE: keys and values as the write's rows."""
+    q, k, v = rotated_heads(layer.block.self_attn, y, layer.heads, offsets)
+    rows = (y.shape[0], *layer.heads[1:])
+    return q, k.reshape(rows), v.reshape(rows)
 
 
 def _feed_forward(layer: FusedLayer, x: mx.array, backend: str | None) -> mx.array:

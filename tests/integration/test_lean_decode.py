@@ -8,7 +8,6 @@ projections it stacks are what the model's own (prefill) calls read; other famil
 from __future__ import annotations
 
 import mlx.core as mx
-import mlx.nn as nn
 import pytest
 from mlx_lm import load
 from tiny_models import mlx_lm_greedy
@@ -40,17 +39,10 @@ def test_lean_steps_give_mlx_lms_tokens(tiny_model_dir, model_type, compile_deco
 
 
 def test_quantized_weights_stack_and_stay_exact(tiny_model_dir, tmp_path):
-    from mlx_lm.utils import save_config, save_model
-    from tiny_models import build_model
+    from quantized_models import build_quantized_model
 
-    path = build_model(tmp_path / "q", "llama", intermediate_size=128, hidden_size=128,
-                       head_dim=32)  # fmt: skip
-    model, _ = load(str(path))
-    nn.quantize(model, group_size=32, bits=4)
-    save_model(path, model)
-    config = {**__import__("json").loads((path / "config.json").read_text()),
-              "quantization": {"group_size": 32, "bits": 4}}  # fmt: skip
-    save_config(config, config_path=path / "config.json")
+    path = build_quantized_model(tmp_path / "q", "llama", intermediate_size=128,
+                                 hidden_size=128, head_dim=32)  # fmt: skip
     expected = mlx_lm_tokens(load(str(path))[0])
     llm = LLM(str(path), num_blocks=64, block_size=4)
     layer = llm.engine.runner.lean.layers[0]

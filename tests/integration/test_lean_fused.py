@@ -50,19 +50,10 @@ def test_smollm2_fused_steps_give_mlx_lms_tokens(smollm2_dir):
 
 def test_quantized_weights_fuse_and_stay_exact(tmp_path):
     """4-bit weights: the stacked projections are quantized matmuls, as the lean step's."""
-    import json
+    from quantized_models import build_quantized_model
 
-    import mlx.nn as nn
-    from mlx_lm.utils import save_config, save_model
-
-    path = build_model(tmp_path / "q", "qwen3", intermediate_size=128, hidden_size=128,
-                       head_dim=32)  # fmt: skip
-    model, _ = load(str(path))
-    nn.quantize(model, group_size=32, bits=4)
-    save_model(path, model)
-    config = {**json.loads((path / "config.json").read_text()),
-              "quantization": {"group_size": 32, "bits": 4}}  # fmt: skip
-    save_config(config, config_path=path / "config.json")
+    path = build_quantized_model(tmp_path / "q", "qwen3", intermediate_size=128,
+                                 hidden_size=128, head_dim=32)  # fmt: skip
     expected = mlx_lm_greedy(load(str(path))[0], PROMPTS, MAX_TOKENS)
     llm = LLM(str(path), num_blocks=64, block_size=4, lean_decode="fused")
     assert [r.token_ids for r in llm.generate(PROMPTS, PARAMS)] == expected
