@@ -119,12 +119,12 @@ def _gemma3_step(layer: LeanLayer, h: mx.array, cache, window: int | None, scale
     return clip_residual(h, block.post_feedforward_layernorm(r))
 
 
-def build_lean_decode(model, windows: list[int | None], fused: bool = False):
+def build_lean_decode(model, windows: list[int | None], mode: str = "on"):
     """The lean decode step of `model` where its family and layers allow, stacking its q, k, v
     and gate, up weights (the model's own calls then read views of them); else None, logged.
-    `fused`: its layers' small ops fused too (`FusedDecode`; raises where the model's blocks
-    do not allow it). Build it before `cache_weight_views`, so those views are of the stacked
-    weights."""
+    `mode` "fused": its layers' small ops fused too (`FusedDecode`; raises where the model's
+    blocks do not allow it); "auto": fused where they allow, else `LeanDecode`. Build it
+    before `cache_weight_views`, so those views are of the stacked weights."""
     text = getattr(model, "language_model", model)  # a wrapper's text model (mistral3)
     family = getattr(text, "model_type", None) or getattr(getattr(text, "args", None),
                                                           "model_type", None)  # fmt: skip
@@ -134,9 +134,16 @@ def build_lean_decode(model, windows: list[int | None], fused: bool = False):
         layers = [_lean_layer(block, family in LATENT_FAMILIES) for block in inner.layers]
         if any(layer is None for layer in layers):
             why = "its projections cannot be stacked (mixed kinds or quantization)"
-    if why is None and fused:
-        return _fused_decode(family, inner, layers, windows)
-    if fused:
+    if why is None and mode != "on":
+        fused = _fused_decode(family, inner, layers, windows)
+        if isinstance(fused, FusedDecode):
+            return fused
+        if mode == "fused":
+            raise ValueError(
+                f"--lean-decode fused cannot serve this model: {fused}: use --lean-decode on"
+            )
+        logger.info("decode steps run the lean forward unfused: %s", fused)
+    if why is not None and mode == "fused":
         raise ValueError(f"--lean-decode fused cannot serve this model: {why}")
     if why is not None:
         logger.info("decode steps run mlx-lm's forward: %s", why)
@@ -145,17 +152,14 @@ def build_lean_decode(model, windows: list[int | None], fused: bool = False):
     return LeanDecode(inner, layers, windows, family)
 
 
-def _fused_decode(family: str, inner, layers: list[LeanLayer], windows) -> FusedDecode:
-    """`FusedDecode` of the lean `layers`; raises naming why where a block does not fuse."""
+def _fused_decode(family: str, inner, layers: list[LeanLayer], windows) -> FusedDecode | str:
+    """`FusedDecode` of the lean `layers`, or why a block does not fuse."""
     if family not in FUSED_FAMILIES or type(inner.norm) is not nn.RMSNorm:
-        raise ValueError(
-            f"--lean-decode fused covers {', '.join(FUSED_FAMILIES)} (pre-norm RMSNorm blocks), "
-            f"not {family}: use --lean-decode on"
-        )
+        return f"it covers {', '.join(FUSED_FAMILIES)} (pre-norm RMSNorm blocks), not {family}"
     fused = [fused_layer(layer) for layer in layers]
     why = next((f"layer {i}: {f}" for i, f in enumerate(fused) if isinstance(f, str)), None)
     if why is not None:
-        raise ValueError(f"--lean-decode fused cannot serve this model: {why}")
+        return why
     logger.info("decode steps run the fused lean forward (%s, %d layers)", family, len(fused))
     return FusedDecode(inner, fused, windows)
 

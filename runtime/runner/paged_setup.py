@@ -176,7 +176,8 @@ def build_paged_path(
     holds, fewer: then admission waits for a slot. `kv_groups`: window layers get groups of
     their own (`kv_groups.py`). Blocks cost `shared_block_bytes` more (a draft's pool).
     `lean_decode`: decode steps run `LeanDecode` ("on") where the model's family allows, or
-    `FusedDecode` ("fused"; RoPE then runs in its own kernel, not in attention).
+    `FusedDecode` ("fused"; RoPE then runs in its own kernel, not in attention), or the fused
+    one where the blocks allow, else the lean one ("auto").
     """
     rules, layout, lean = _prepare_model(model, model_type, fused_rope, lean_decode)
     fused_rope = _checked_settings(layout, lean, fused_rope, k_bits, v_bits, kv_group_size)
@@ -236,7 +237,9 @@ def _prepare_model(model, model_type: str, fused_rope: str, lean_decode: str = "
         raise ValueError("--lean-decode fused serves attention-only models, not recurrent ones")
     if lean_decode != "off" and not layout.state:  # stacks weights: before the weight views
         windows = layout.plan.windows if layout.plan else [None] * layout.num_layers
-        lean = build_lean_decode(model, windows, fused=lean_decode == "fused")
+        # The fused step applies RoPE itself: asked for in attention, "auto" keeps it unfused.
+        mode = "on" if lean_decode == "auto" and fused_rope == "on" else lean_decode
+        lean = build_lean_decode(model, windows, mode)
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
     return rules, layout, lean
 

@@ -11,6 +11,7 @@ from mlx_lm import load
 from tiny_models import build_model, mlx_lm_greedy
 
 from mlx_paged import LLM, SamplingParams
+from mlx_paged.models.lean_decode import LeanDecode
 from mlx_paged.models.lean_fused import FUSED_FAMILIES, FusedDecode
 
 PROMPTS = [list(range(5, 24)), [11, 12, 13], list(range(30, 70))]
@@ -133,3 +134,18 @@ def test_models_it_cannot_serve_are_refused_at_load(tiny_model_dir, model_type, 
 def test_fused_rope_on_is_refused_beside_it(tiny_model_dir):
     with pytest.raises(ValueError, match="--fused-rope off"):
         LLM(str(tiny_model_dir("llama")), num_blocks=32, lean_decode="fused", fused_rope="on")
+
+
+@pytest.mark.parametrize(
+    "model_type,fused_rope,step",
+    [("llama", "off", FusedDecode), ("llama", "on", LeanDecode),
+     ("gemma3_text", "off", LeanDecode), ("deepseek_v3", "off", LeanDecode)],
+)  # fmt: skip
+def test_auto_fuses_where_the_blocks_allow_and_stays_lean_elsewhere(
+    tiny_model_dir, model_type, fused_rope, step
+):
+    path = str(tiny_model_dir(model_type))
+    llm = LLM(path, num_blocks=64, block_size=4, lean_decode="auto", fused_rope=fused_rope)
+    assert type(llm.engine.runner.lean) is step
+    got = llm.generate(PROMPTS[:2], PARAMS)
+    assert [r.token_ids for r in got] == mlx_lm_greedy(load(path)[0], PROMPTS[:2], MAX_TOKENS)
