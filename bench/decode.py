@@ -112,11 +112,12 @@ def _print_method(name: str, entry: dict) -> None:
 
 
 ENGINE_METHODS = {
-    "paged_kernel": dict(paged_attention="kernel"),  # the defaults: compiled steps
+    # Compiled steps of the lean step (the default where the fused one does not apply).
+    "paged_kernel": dict(paged_attention="kernel", lean_decode="on"),
     "paged_kernel_eager": dict(paged_attention="kernel", compile_decode="off"),
-    # mlx-lm's own forward for decode steps, against the lean step the defaults run.
+    # mlx-lm's own forward for decode steps, against the lean step.
     "paged_kernel_mlx_lm_forward": dict(paged_attention="kernel", lean_decode="off"),
-    # The lean step with the layer kernels (`--lean-decode fused`).
+    # The lean step with the layer kernels (`--lean-decode fused`; the default for llama).
     "paged_kernel_lean_fused": dict(paged_attention="kernel", lean_decode="fused"),
     "paged_kernel_fused_rope": dict(paged_attention="kernel", fused_rope="auto"),
     "paged_kernel_fused_rope_eager": dict(

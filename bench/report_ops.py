@@ -42,10 +42,11 @@ Results: `bench/results/cpu-ops.json` (CPU; the count does not depend on the dev
 
 {summary}
 
-The default step stacks each layer's q/k/v and gate/up weights, writes each page side with one
-scatter of flat rows, and takes the decode kernel's output as the output projection's rows.
-`--lean-decode fused` (llama, mistral, qwen2/3, phi3 and their MoE forms; opt-in until its
-kernels' H200 tests have run) also runs each residual add with the RMSNorm after it, the q/k/v
+The lean step (`--lean-decode on`, the paged columns) stacks each layer's q/k/v and gate/up
+weights, writes each page side with one scatter of flat rows, and takes the decode kernel's
+output as the output projection's rows.
+The fused step (`--lean-decode fused`, and the default `auto` for llama, mistral, qwen2/3,
+phi3 and their MoE forms) also runs each residual add with the RMSNorm after it, the q/k/v
 heads' norms and RoPE, and SwiGLU as one generated kernel each (`kernels/layer_kernels.py`).
 
 A paged layer's primitives:

@@ -6,7 +6,6 @@ import argparse
 import re
 
 from mlx_paged.cli.speculation_args import add_speculation_args
-from mlx_paged.cli.step_args import add_step_args, non_negative_float, positive
 from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES
 
 API_KEY_ENV = "MLX_PAGED_API_KEY"
@@ -50,6 +49,20 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def add_serve_args(p: argparse.ArgumentParser) -> None:
     """Add every `serve` flag to `p`."""
     _add_model_args(p)
@@ -57,7 +70,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     _add_attention_args(p)
     _add_quantization_args(p)
     add_speculation_args(p)
-    add_step_args(p)
+    _add_step_args(p)
     _add_http_args(p)
 
 
@@ -73,7 +86,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
     p.add_argument(
         "--max-tokens",
-        type=positive,
+        type=_positive,
         default=512,
         help="default max tokens per response (default 512)",
     )
@@ -83,19 +96,19 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", type=float, default=0.0, help="default min-p, 0 = off")
     p.add_argument(
         "--decode-concurrency",
-        type=positive,
+        type=_positive,
         default=32,
         help="most requests decoding at once (default 32)",
     )
     p.add_argument(
         "--prompt-concurrency",
-        type=positive,
+        type=_positive,
         default=8,
         help="most requests prefilling at once (default 8)",
     )
     p.add_argument(
         "--prefill-step-size",
-        type=positive,
+        type=_positive,
         default=2048,
         help="prompt tokens per request per step (default 2048)",
     )
@@ -140,7 +153,7 @@ def _add_kv_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--num-blocks",
-        type=positive,
+        type=_positive,
         default=None,
         help="KV pool size in blocks (wins over --kv-budget)",
     )
@@ -173,10 +186,11 @@ def _add_attention_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--lean-decode",
         choices=["auto", "on", "fused", "off"],
-        default="on",
+        default="auto",
         help="decode steps of llama, mistral and qwen2/3 models in fewer graph nodes than "
-        "mlx-lm's forward (on, the default); fused: fewer again, each layer's small ops in the "
-        "generated layer kernels (opt-in until their H200 tests have run); off: mlx-lm's own "
+        "mlx-lm's forward (on); fused: fewer again, each layer's small ops in the generated "
+        "layer kernels, refused where the blocks do not allow it; auto (the default): fused "
+        "where the blocks allow it, else on; off: mlx-lm's own "
         "forward",
     )
 
@@ -205,6 +219,32 @@ def _add_quantization_args(p: argparse.ArgumentParser) -> None:
         choices=list(KV_GROUP_SIZES),
         default=64,
         help="values per scale and bias in quantized pages (default 64)",
+    )
+
+
+def _add_step_args(p: argparse.ArgumentParser) -> None:
+    """The prefix cache and the size of a step's prompt work."""
+    p.add_argument(
+        "--no-prefix-caching",
+        action="store_true",
+        help="turn off automatic prefix caching (paged path)",
+    )
+    p.add_argument(
+        "--prefill-chunk-seconds",
+        type=_non_negative_float,
+        default=0.5,
+        help="how long a step with prompt work may take: prompt chunks are sized from measured "
+        "step times and shared equally among prompts, so a long prompt holds neither a short "
+        "one's first token nor a hang-up for its whole prefill (paged path; 0 turns it off; "
+        "default 0.5)",
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive,
+        default=None,
+        help="most tokens a step runs while requests decode, decode rows included: prompts "
+        "are prefilled in chunks inside decode steps, so running streams keep their pace; a "
+        "step with nothing decoding runs whole chunks (paged path; default: no budget)",
     )
 
 
@@ -241,7 +281,7 @@ def _add_http_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-connections",
-        type=positive,
+        type=_positive,
         default=512,
         help="most open client connections; at the cap a new one replaces the "
         "longest idle one, or gets 503 when all are busy (default 512)",
@@ -249,7 +289,7 @@ def _add_http_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allowed-origins", default="*", help="CORS allowed origins (default *)")
     p.add_argument(
         "--shutdown-grace",
-        type=non_negative_float,
+        type=_non_negative_float,
         default=10.0,
         help="seconds in-flight requests get to finish on Ctrl-C/SIGTERM (default 10)",
     )

@@ -41,8 +41,9 @@ class LLM:
         paged_attention: "auto", "kernel" or "reference" decode attention over pages.
         compile_decode: "auto", "on" or "off": replay decode steps from `mx.compile` traces.
         fused_rope: "auto", "on" or "off": RoPE inside the decode attention kernel.
-        lean_decode: "on", "fused" or "off": llama-family decode steps in fewer graph nodes
-            ("fused": fewer again, through the layer kernels).
+        lean_decode: "auto", "on", "fused" or "off": llama-family decode steps in fewer
+            graph nodes ("fused": fewer again, through the layer kernels; "auto": fused where
+            the blocks allow it).
         kv_bits: bits per K/V value in the pages: 16, 8 or 4 (quantized in groups of
             `kv_group_size`, 32 or 64; paged path only); `kv_bits_k` / `kv_bits_v` set keys and
             values apart (e.g. 8 and 4).
@@ -56,8 +57,6 @@ class LLM:
         chat_template: replaces the tokenizer's chat template.
         prefill_chunk_seconds: how long a step with prompt work may take (paged path): prompt
             chunks are sized to fit and shared among prompts; None turns it off.
-        prefill_itl_ratio: while sequences decode, a step with prompt work may take at most
-            this many decode steps' time (paged path; None: only `prefill_chunk_seconds`).
         kv_groups: sliding-window layers in KV cache groups of their own, which free the
             blocks their window left (paged path); False keeps every layer in one group.
         draft_model: "ngram" drafts tokens by prompt lookup for speculative decoding
@@ -82,13 +81,12 @@ class LLM:
         paged_attention: str = "auto",
         compile_decode: str = "auto",
         fused_rope: str = "off",
-        lean_decode: str = "on",
+        lean_decode: str = "auto",
         kv_bits: int = 16,
         kv_bits_k: int | None = None,
         kv_bits_v: int | None = None,
         kv_group_size: int = 64,
         prefill_chunk_seconds: float | None = 0.5,
-        prefill_itl_ratio: float | None = 3.0,
         kv_groups: bool = True,
         draft_model: str | None = None,
         num_draft_tokens: int = 4,
@@ -112,7 +110,6 @@ class LLM:
             kv_bits_v=kv_bits_v,
             kv_group_size=kv_group_size,
             prefill_chunk_seconds=prefill_chunk_seconds,
-            prefill_itl_ratio=prefill_itl_ratio,
             kv_groups=kv_groups,
             draft_model=draft_model,
             num_draft_tokens=num_draft_tokens,

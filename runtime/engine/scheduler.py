@@ -12,7 +12,7 @@ token):
      FCFS, within the step's token budget (`max_num_batched_tokens`) when rows decode: the
      decode rows and starting requests count one token each, so a long prompt is prefilled in
      chunks between decode steps instead of stalling them. On the paged path the engine's
-     pacer budgets every step (`StepPacer`, tighter while rows decode), shared among prompts.
+     pacer also sets a budget for every step (`StepPacer`), shared equally among prompts.
 The paged engine plans 2-4 before the step's decode forward and runs the chunks inside it.
 A request that is not batchable (a fixed seed) waits at the head of the queue until nothing else
 runs, then runs alone until it finishes.
@@ -80,8 +80,7 @@ class Scheduler:
         self.max_num_prefill_seqs = max_num_prefill_seqs
         self.prefill_step_size = prefill_step_size
         self.kv = kv
-        # Set by the engine's pacer, for steps without and with decode rows; None: not paced.
-        self.step_token_budgets: tuple[int | None, int | None] = (None, None)
+        self.step_token_budget: int | None = None  # set by the engine's pacer; None: not paced
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.running: list[Request] = []
@@ -184,15 +183,16 @@ class Scheduler:
 
         # The budget guards decoding streams' pace: with none decoding, prompts take whole chunks.
         rows = num_decode_rows + len(out.starting)
-        cap = self.max_num_batched_tokens
-        budget = cap - rows if rows and cap is not None else None
-        step_budget = self.step_token_budgets[1 if rows else 0]
-        if step_budget is not None:
-            paced = max(step_budget - rows, MIN_TOKENS)
+        budget = self.max_num_batched_tokens if rows else None
+        if budget is not None:
+            budget -= rows
+        if self.step_token_budget is not None:
+            paced = max(self.step_token_budget - rows, MIN_TOKENS)
             out.prefill = self._shared_chunks(paced if budget is None else min(budget, paced))
         else:
             out.prefill = self._budget_chunks(budget)
-        self.admission_held &= not (out.prefill or out.starting or self.running)
+        if out.prefill or out.starting or self.running:
+            self.admission_held = False
         self._unstarve(out)
         return out
 

@@ -32,7 +32,7 @@ def mlx_lm_tokens(model) -> list[list[int]]:
 def test_lean_steps_give_mlx_lms_tokens(tiny_model_dir, model_type, compile_decode):
     path = str(tiny_model_dir(model_type))
     expected = mlx_lm_tokens(load(path)[0])
-    llm = LLM(path, num_blocks=64, block_size=4, compile_decode=compile_decode)
+    llm = LLM(path, num_blocks=64, block_size=4, compile_decode=compile_decode, lean_decode="on")
     assert llm.engine.runner.lean is not None
     got = llm.generate(PROMPTS, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
     assert [r.token_ids for r in got] == expected
@@ -44,7 +44,7 @@ def test_quantized_weights_stack_and_stay_exact(tiny_model_dir, tmp_path):
     path = build_quantized_model(tmp_path / "q", "llama", intermediate_size=128,
                                  hidden_size=128, head_dim=32)  # fmt: skip
     expected = mlx_lm_tokens(load(str(path))[0])
-    llm = LLM(str(path), num_blocks=64, block_size=4)
+    llm = LLM(str(path), num_blocks=64, block_size=4, lean_decode="on")
     layer = llm.engine.runner.lean.layers[0]
     assert layer.qkv.rows == [128, 64, 64]
     got = llm.generate(PROMPTS, SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True))
@@ -52,7 +52,7 @@ def test_quantized_weights_stack_and_stay_exact(tiny_model_dir, tmp_path):
 
 
 def test_the_models_own_projections_read_the_stacked_weights(tiny_model_dir):
-    llm = LLM(str(tiny_model_dir("llama")), num_blocks=32, block_size=4)
+    llm = LLM(str(tiny_model_dir("llama")), num_blocks=32, block_size=4, lean_decode="on")
     runner = llm.engine.runner
     layer = runner.lean.layers[0]
     attn = layer.block.self_attn

@@ -11,9 +11,9 @@ import mlx.core as mx
 
 from mlx_paged.bench import ops
 
-# Per layer of the random llama / qwen3 / deepseek_v3 (2 and 4 layers compared): the engine's
-# decode step (the lean forward, `models/lean_decode.py`), `--lean-decode fused`'s
-# (`models/lean_fused.py`) and mlx-lm's forward of one token.
+# Per layer of the random llama / qwen3 / deepseek_v3 (2 and 4 layers compared): the lean
+# decode step (`--lean-decode on`, `models/lean_decode.py`), the fused one's (the default for
+# these two, `models/lean_fused.py`) and mlx-lm's forward of one token.
 PINNED = {
     "llama": {"ops_per_layer": 21, "ops_per_step": 103, "mlx_lm_ops_per_layer": 50,
               "fused_ops_per_layer": 11, "fused_ops_per_step": 63},

@@ -163,7 +163,7 @@ def test_a_chunk_the_budget_cuts_ends_on_an_aligned_position():
 
 def test_a_paced_step_shares_its_budget_equally_then_in_order():
     s = Scheduler(max_num_seqs=8, max_num_prefill_seqs=4, prefill_step_size=2048)
-    s.step_token_budgets = (100, 100)
+    s.step_token_budget = 100
     long, short = req("long", 1000), req("short", 11)
     s.add_request(long)
     assert plan_view(s.schedule_prompts()) == (["long"], [], [("long", 100)])
@@ -177,7 +177,7 @@ def test_a_paced_step_shares_its_budget_equally_then_in_order():
 
 def test_a_paced_step_keeps_prompt_room_beside_many_decode_rows():
     s = Scheduler(max_num_seqs=64, max_num_prefill_seqs=4, prefill_step_size=2048)
-    s.step_token_budgets = (40, 40)
+    s.step_token_budget = 40
     s.add_request(req("p", 500))
     # 60 rows decode: more than the budget, yet the prompt gets its floor of 4 tokens.
     assert plan_view(s.schedule_prompts(num_decode_rows=60)) == (["p"], [], [("p", 4)])
@@ -185,13 +185,13 @@ def test_a_paced_step_keeps_prompt_room_beside_many_decode_rows():
 
 def test_paced_shares_are_whole_alignments_for_as_many_requests_as_fit():
     s = Scheduler(max_num_seqs=8, max_num_prefill_seqs=4, prefill_step_size=2048, prefill_align=64)
-    s.step_token_budgets = (150, 150)
+    s.step_token_budget = 150
     a, b, c = req("a", 1000), req("b", 1000), req("c", 1000)
     for r in (a, b, c):
         s.add_request(r)
     # Two shares of 75 fit 64-token alignments; each is cut to 64, c waits for the next step.
     assert plan_view(s.schedule_prompts()) == (["a", "b", "c"], [], [("a", 64), ("b", 64)])
-    s.step_token_budgets = (40, 40)  # below one alignment: the step's first keeps it, unaligned
+    s.step_token_budget = 40  # below one alignment: the step's first keeps it, unaligned
     assert plan_view(s.schedule_prompts()) == ([], [], [("a", 40)])
 
 
@@ -213,12 +213,3 @@ def test_a_prompt_sent_back_for_window_blocks_is_not_admitted_before_another_pro
     assert not s.admission_held  # a progressed: b may join again, when its blocks fit
     plan = s.schedule_prompts()
     assert ids(plan.starting) == ["a"] and ids(s.waiting) == ["b"]
-
-
-def test_a_step_with_decode_rows_runs_under_the_pacers_decoding_budget():
-    s = Scheduler(max_num_seqs=64, max_num_prefill_seqs=4, prefill_step_size=2048)
-    s.step_token_budgets = (1000, 40)
-    s.add_request(req("p", 5000))
-    assert plan_view(s.schedule_prompts()) == (["p"], [], [("p", 1000)])  # nothing decodes
-    # 10 rows decode: the decoding budget of 40 holds them and 30 prompt tokens.
-    assert plan_view(s.schedule_prompts(num_decode_rows=10)) == ([], [], [("p", 30)])
