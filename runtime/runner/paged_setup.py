@@ -203,8 +203,8 @@ def build_paged_path(
 
 
 def _checked_settings(layout, lean, fused_rope: str, k_bits: int, v_bits: int, group: int) -> str:
-    """Refuse page bits the layout cannot take and RoPE fused twice; the `fused_rope` mode the
-    attention paths then take (off beside `FusedDecode`, whose qkv_rope kernel rotates)."""
+    """Refuse page bits the layout cannot take; the `fused_rope` mode the attention paths then
+    take (off beside `FusedDecode`, whose qkv_rope kernel rotates)."""
     # Latent pages quantize their two sides apart; the kernels of per-head pages take one size.
     if layout.values_differ and not layout.latent and min(k_bits, v_bits) < 16:
         raise ValueError(
@@ -213,11 +213,7 @@ def _checked_settings(layout, lean, fused_rope: str, k_bits: int, v_bits: int, g
         )
     for head_dim in {dim for _, k, _, v in layout.shapes for dim in (k, v)}:
         check_kv_quantization(k_bits, v_bits, group, head_dim)
-    if not isinstance(lean, FusedDecode):
-        return fused_rope
-    if fused_rope == "on":
-        raise ValueError("--lean-decode fused applies RoPE itself: use --fused-rope off")
-    return "off"
+    return "off" if isinstance(lean, FusedDecode) else fused_rope
 
 
 def _prepare_model(model, model_type: str, fused_rope: str, lean_decode: str = "off"):
@@ -235,10 +231,12 @@ def _prepare_model(model, model_type: str, fused_rope: str, lean_decode: str = "
     lean = None
     if lean_decode == "fused" and layout.state:
         raise ValueError("--lean-decode fused serves attention-only models, not recurrent ones")
+    if lean_decode == "fused" and fused_rope == "on":
+        raise ValueError("--lean-decode fused applies RoPE itself: use --fused-rope off")
     if lean_decode != "off" and not layout.state:  # stacks weights: before the weight views
         windows = layout.plan.windows if layout.plan else [None] * layout.num_layers
-        # The fused step applies RoPE itself: asked for in attention, "auto" keeps it unfused.
-        mode = "on" if lean_decode == "auto" and fused_rope == "on" else lean_decode
+        # The fused step applies RoPE itself: with RoPE asked for in attention, "auto" is "on".
+        mode = "on" if fused_rope == "on" else lean_decode
         lean = build_lean_decode(model, windows, mode)
     logger.debug("linear layers reading a cached weight view: %d", cache_weight_views(model))
     return rules, layout, lean
