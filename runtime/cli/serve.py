@@ -116,6 +116,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         kv_bits_v=args.kv_bits_v,
         kv_group_size=args.kv_group_size,
         prefill_chunk_seconds=args.prefill_chunk_seconds or None,
+        prefill_itl_ratio=args.prefill_itl_ratio or None,
         draft_model=args.draft_model,
         num_draft_tokens=args.num_draft_tokens,
     )

@@ -6,6 +6,7 @@ import argparse
 import re
 
 from mlx_paged.cli.speculation_args import add_speculation_args
+from mlx_paged.cli.step_args import add_step_args
 from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES
 
 API_KEY_ENV = "MLX_PAGED_API_KEY"
@@ -70,7 +71,7 @@ def add_serve_args(p: argparse.ArgumentParser) -> None:
     _add_attention_args(p)
     _add_quantization_args(p)
     add_speculation_args(p)
-    _add_step_args(p)
+    add_step_args(p)
     _add_http_args(p)
 
 
@@ -219,32 +220,6 @@ def _add_quantization_args(p: argparse.ArgumentParser) -> None:
         choices=list(KV_GROUP_SIZES),
         default=64,
         help="values per scale and bias in quantized pages (default 64)",
-    )
-
-
-def _add_step_args(p: argparse.ArgumentParser) -> None:
-    """The prefix cache and the size of a step's prompt work."""
-    p.add_argument(
-        "--no-prefix-caching",
-        action="store_true",
-        help="turn off automatic prefix caching (paged path)",
-    )
-    p.add_argument(
-        "--prefill-chunk-seconds",
-        type=_non_negative_float,
-        default=0.5,
-        help="how long a step with prompt work may take: prompt chunks are sized from measured "
-        "step times and shared equally among prompts, so a long prompt holds neither a short "
-        "one's first token nor a hang-up for its whole prefill (paged path; 0 turns it off; "
-        "default 0.5)",
-    )
-    p.add_argument(
-        "--max-num-batched-tokens",
-        type=_positive,
-        default=None,
-        help="most tokens a step runs while requests decode, decode rows included: prompts "
-        "are prefilled in chunks inside decode steps, so running streams keep their pace; a "
-        "step with nothing decoding runs whole chunks (paged path; default: no budget)",
     )
 
 

@@ -43,6 +43,10 @@ class EngineConfig:
             chunks are sized from measured step times and shared equally among prompts, so
             a long prompt cannot hold a short one's first token, or a hang-up, for its whole
             prefill (`--prefill-chunk-seconds`); None turns it off.
+        prefill_itl_ratio: while streams decode, a step with prompt work may also take at most
+            this many times a decode-only step (`MixedStepCap`), so that prompts arriving
+            together cannot stretch every stream's next token (`--prefill-itl-ratio`); None:
+            only `prefill_chunk_seconds` applies.
         kv_bits: bits per K and V value in the pages (`--kv-bits`): 16 (the model's dtype),
             8 or 4 (quantized in groups of `kv_group_size`, paged path only); `kv_bits_k` /
             `kv_bits_v` set keys and values apart.
@@ -73,6 +77,7 @@ class EngineConfig:
     kv_bits_v: int | None = None
     kv_group_size: int = 64
     prefill_chunk_seconds: float | None = 0.5
+    prefill_itl_ratio: float | None = None
     kv_groups: bool = True
     draft_model: str | None = None
     num_draft_tokens: int = 4
@@ -99,6 +104,11 @@ class EngineConfig:
                 raise ValueError(
                     f"{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}"
                 )
+        if self.prefill_itl_ratio is not None and self.prefill_itl_ratio <= 1:
+            raise ValueError(
+                f"prefill_itl_ratio must exceed 1 (a step with prompt work outlasts a decode "
+                f"step), got {self.prefill_itl_ratio}"
+            )
         if self.max_num_batched_tokens is not None and not self.kv_paged:
             raise ValueError(
                 "max_num_batched_tokens needs the paged KV path: the contiguous path prefills "

@@ -78,8 +78,11 @@ class Engine(EngineInbox, StepRecovery):
             start_in_decode=self.kv is not None,
         )
         seconds = config.prefill_chunk_seconds if self.kv is not None else None
-        self.pacer = StepPacer(seconds, config.max_num_prefill_seqs * config.prefill_step_size)
-        self.scheduler.step_token_budget = self.pacer.budget
+        self.pacer = StepPacer(
+            seconds, config.max_num_prefill_seqs * config.prefill_step_size,
+            config.prefill_itl_ratio,
+        )  # fmt: skip
+        self._set_step_budgets()
         # The paged runner runs a step's prefill chunks inside its decode forward.
         self._mixes = getattr(self.runner, "mixes_prefill", False)
         self.stop_checker = StopChecker(tokenizer.eos_token_ids)
@@ -202,7 +205,12 @@ class Engine(EngineInbox, StepRecovery):
             self._recover(exc)
         else:
             self.failed_steps_in_a_row = 0
-            self.scheduler.step_token_budget = self.pacer.after_step(self.metrics, mark)
+            self.pacer.after_step(self.metrics, mark)
+            self._set_step_budgets()
+
+    def _set_step_budgets(self) -> None:
+        self.scheduler.step_token_budget = self.pacer.budget
+        self.scheduler.decoding_prompt_budget = self.pacer.decoding_budget
 
     def _step(self) -> None:
         # Rows down to their last prompt token decode with the batch (paged path).

@@ -57,6 +57,8 @@ class LLM:
         chat_template: replaces the tokenizer's chat template.
         prefill_chunk_seconds: how long a step with prompt work may take (paged path): prompt
             chunks are sized to fit and shared among prompts; None turns it off.
+        prefill_itl_ratio: while sequences decode, a step with prompt work may take at most
+            this many decode steps' time (paged path; None: only `prefill_chunk_seconds`).
         kv_groups: sliding-window layers in KV cache groups of their own, which free the
             blocks their window left (paged path); False keeps every layer in one group.
         draft_model: "ngram" drafts tokens by prompt lookup for speculative decoding
@@ -87,6 +89,7 @@ class LLM:
         kv_bits_v: int | None = None,
         kv_group_size: int = 64,
         prefill_chunk_seconds: float | None = 0.5,
+        prefill_itl_ratio: float | None = None,
         kv_groups: bool = True,
         draft_model: str | None = None,
         num_draft_tokens: int = 4,
@@ -110,6 +113,7 @@ class LLM:
             kv_bits_v=kv_bits_v,
             kv_group_size=kv_group_size,
             prefill_chunk_seconds=prefill_chunk_seconds,
+            prefill_itl_ratio=prefill_itl_ratio,
             kv_groups=kv_groups,
             draft_model=draft_model,
             num_draft_tokens=num_draft_tokens,

@@ -12,10 +12,11 @@ token):
      FCFS, within the step's token budget (`max_num_batched_tokens`) when rows decode: the
      decode rows and starting requests count one token each, so a long prompt is prefilled in
      chunks between decode steps instead of stalling them. On the paged path the engine's
-     pacer also sets a budget for every step (`StepPacer`), shared equally among prompts.
+     pacer also sets a budget for every step (`StepPacer`), shared equally among prompts, and
+     a tighter one while rows decode (`MixedStepCap`).
 The paged engine plans 2-4 before the step's decode forward and runs the chunks inside it.
-A request that is not batchable (a fixed seed) waits at the head of the queue until nothing else
-runs, then runs alone until it finishes.
+A request that is not batchable (a fixed seed) waits at the head of the queue until nothing
+else runs, then runs alone.
 
 With a paged KV path (`kv`), admission also needs the request's prompt blocks (prefix-cache hits
 count as computed), and every decode row needs a slot for its next token: when the pool runs
@@ -28,6 +29,7 @@ from __future__ import annotations
 from collections import deque
 
 from mlx_paged.engine.kv_space import KVSpace
+from mlx_paged.engine.prompt_shares import MIN_DECODING_SHARE, shared_grants
 from mlx_paged.engine.step_pacer import MIN_TOKENS
 from mlx_paged.request import PromptSchedule, Request, RequestStatus
 
@@ -39,14 +41,12 @@ class Scheduler:
         max_num_seqs: most requests decoding at once (`--decode-concurrency`).
         max_num_prefill_seqs: most requests prefilling at once (`--prompt-concurrency`).
         prefill_step_size: most prompt tokens one request prefills per step.
-        max_num_batched_tokens: most tokens a step with decode rows runs, those rows
-            included (None: no budget); a step without decode rows gives each prefilling
-            request its `prefill_step_size` chunk. Must exceed `max_num_seqs`, so prompts
-            always progress.
+        max_num_batched_tokens: most tokens a step with decode rows runs, those rows included
+            (None: no budget); a step without decode rows gives each prefilling request its
+            `prefill_step_size` chunk. Must exceed `max_num_seqs`, so prompts progress.
         kv: the paged KV path's admission and allocation (None: the contiguous path, which
             admits anything).
-        prefill_align: chunks the budget cuts end on multiples of this (the pool's
-            `prefill_align`).
+        prefill_align: chunks the budget cuts end on multiples of this (`prefill_align`).
         start_in_decode: requests with one prompt token left join the running batch through
             `schedule_starting`, and the decode forward feeds that token (the paged path);
             else `schedule_prompts` starts them, for a forward of their own.
@@ -64,9 +64,7 @@ class Scheduler:
         start_in_decode: bool = False,
     ):
         if min(max_num_seqs, max_num_prefill_seqs, prefill_step_size) < 1:
-            raise ValueError(
-                "max_num_seqs, max_num_prefill_seqs and prefill_step_size must be >= 1"
-            )
+            raise ValueError("max_num_seqs, max_num_prefill_seqs, prefill_step_size must be >= 1")
         # BatchGenerator never lets the decode batch be smaller than the prefill batch.
         self.max_num_seqs = max(max_num_seqs, max_num_prefill_seqs)
         if max_num_batched_tokens is not None and max_num_batched_tokens <= self.max_num_seqs:
@@ -80,7 +78,9 @@ class Scheduler:
         self.max_num_prefill_seqs = max_num_prefill_seqs
         self.prefill_step_size = prefill_step_size
         self.kv = kv
-        self.step_token_budget: int | None = None  # set by the engine's pacer; None: not paced
+        # Set by the engine's pacer (None: not paced): a step's tokens, and the prompt tokens
+        # it may add beside decode rows (`MixedStepCap`).
+        self.step_token_budget = self.decoding_prompt_budget = None
         self.waiting: deque[Request] = deque()
         self.prefilling: list[Request] = []
         self.running: list[Request] = []
@@ -187,8 +187,13 @@ class Scheduler:
         if budget is not None:
             budget -= rows
         if self.step_token_budget is not None:
-            paced = max(self.step_token_budget - rows, MIN_TOKENS)
-            out.prefill = self._shared_chunks(paced if budget is None else min(budget, paced))
+            paced, share = max(self.step_token_budget - rows, MIN_TOKENS), self.prefill_align
+            if rows and self.decoding_prompt_budget is not None:
+                # Each chunk adds attention calls to the step's fixed cost: fewer, larger ones.
+                paced = min(paced, self.decoding_prompt_budget)
+                share = max(share, MIN_DECODING_SHARE)
+            paced = paced if budget is None else min(budget, paced)
+            out.prefill = self._shared_chunks(paced, share)
         else:
             out.prefill = self._budget_chunks(budget)
         if out.prefill or out.starting or self.running:
@@ -231,22 +236,14 @@ class Scheduler:
         # The last prompt token is kept back: it starts the request (see start_in_decode).
         return min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
 
-    def _shared_chunks(self, budget: int) -> list[tuple[Request, int]]:
+    def _shared_chunks(self, budget: int, min_share: int) -> list[tuple[Request, int]]:
         """Prompt chunks within a paced step's `budget`: prefilling requests get equal shares
         first (so a short prompt is not queued behind a long one's chunks), then what is left
         goes to them in arrival order; chunks cut short end on `prefill_align`."""
         wants = [(req, n) for req in self.prefilling if (n := self._chunk_want(req)) >= 1]
         if not wants:
             return []
-        # Shares of at least `prefill_align`, for as many requests as they fit, in order.
-        num_shares = max(1, min(len(wants), budget // self.prefill_align))
-        grants = [min(n, budget // num_shares) for _, n in wants[:num_shares]]
-        grants += [0] * (len(wants) - num_shares)
-        left = budget - sum(grants)
-        for i, (_, n) in enumerate(wants):
-            extra = min(n - grants[i], left)
-            grants[i] += extra
-            left -= extra
+        grants = shared_grants([n for _, n in wants], budget, min_share)
         out = []
         for (req, n), grant in zip(wants, grants):
             if grant < n:

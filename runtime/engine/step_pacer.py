@@ -5,11 +5,15 @@ stream's next token wait for it to end. A fixed token budget cannot serve both a
 prefills 2,048 tokens in 50 ms and a CPU that needs 0.1 s a token. So the pacer measures what a
 step's tokens cost (prompt chunks and decode rows alike) and offers the next step the tokens
 that fit the target: a power of two (few distinct attention shapes), at least `MIN_TOKENS`.
+While streams decode, `MixedStepCap` also keeps a step with prompt work within a few decode
+steps' time (`prefill_itl_ratio`).
 """
 
 from __future__ import annotations
 
 import time
+
+from mlx_paged.engine.mixed_step_cap import MixedStepCap
 
 MIN_TOKENS = 4  # prompts always progress, whatever a token costs
 SMOOTHING = 0.5  # weight of a dearer step in the seconds-per-token estimate
@@ -25,12 +29,21 @@ class StepPacer:
     Args:
         target_seconds: how long a step with prompt work may take; None turns pacing off.
         max_tokens: the budget's ceiling (the scheduler's own limits still apply).
+        itl_ratio: while streams decode, how many decode-only steps' time a step with prompt
+            work may take (`MixedStepCap`); None: only `target_seconds` applies.
     """
 
-    def __init__(self, target_seconds: float | None, max_tokens: int):
+    def __init__(self, target_seconds: float | None, max_tokens: int,
+                 itl_ratio: float | None = None):  # fmt: skip
         self.target_seconds = target_seconds
         self.max_tokens = max(max_tokens, MIN_TOKENS)
         self.seconds_per_token: float | None = None
+        self.mixed_cap = MixedStepCap(itl_ratio) if itl_ratio and target_seconds else None
+
+    @property
+    def decoding_budget(self) -> int | None:
+        """Prompt tokens the next step may run beside decode rows (None: only `budget`)."""
+        return self.mixed_cap.budget if self.mixed_cap is not None else None
 
     @property
     def budget(self) -> int | None:
@@ -64,13 +77,21 @@ class StepPacer:
                 time.perf_counter(), self.budget)  # fmt: skip
 
     def after_step(self, metrics, mark: tuple[int, int, float, int | None]) -> int | None:
-        """Observe the step since `mark` if it had prompt work and its tokens (prompt and decode
-        rows) filled at least half its budget: a step of a few tokens (prompts' last tokens)
-        costs mostly its fixed overhead and would undersize the next chunks. Returns the next
-        step's budget."""
+        """Observe the step since `mark`; returns the next step's budget. A step with prompt
+        work is observed if its tokens (prompt and decode rows) filled at least half its budget:
+        a step of a few tokens (prompts' last tokens) costs mostly its fixed overhead and would
+        undersize the next chunks. `mixed_cap` sees decode-only steps and those with prompt
+        work beside decode rows."""
         prompt, generated, tic, budget = mark
+        seconds = time.perf_counter() - tic
         num_prompt = metrics.prompt_tokens_total - prompt
-        num_tokens = num_prompt + metrics.generation_tokens_total - generated
+        num_generated = metrics.generation_tokens_total - generated
+        if self.mixed_cap is not None and num_generated > 0:
+            if num_prompt:
+                self.mixed_cap.observe_mixed(num_prompt, seconds)
+            else:
+                self.mixed_cap.observe_decode(seconds)
+        num_tokens = num_prompt + num_generated
         if budget is not None and num_prompt > 0 and 2 * num_tokens >= budget:
-            self.observe(num_tokens, time.perf_counter() - tic)
+            self.observe(num_tokens, seconds)
         return self.budget

@@ -253,3 +253,32 @@ def test_bucketed_prefill_attention_gives_the_same_tokens(tiny_model_dir):
     assert llm.engine.metrics.prefix_cache_hit_tokens_total > 0
     assert shapes._warm_threads  # warmed by the first step, on the stepping thread
     assert_pool_full(llm)
+
+
+def test_the_mixed_step_cap_bounds_prompt_work_beside_decode_rows(tiny_model_dir):
+    """With `prefill_itl_ratio`, a long prompt that arrives while rows decode is prefilled in
+    chunks no larger than the cap's budget at the time, and the tokens stay mlx-lm's."""
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=400,
+              max_num_seqs=6, prefill_step_size=2048, prefill_itl_ratio=2.0)  # fmt: skip
+    scheduler, cap = llm.engine.scheduler, llm.engine.pacer.mixed_cap
+    long_text = " ".join(TEXTS * 4)
+    prompts = [llm.tokenizer.encode(t) for t in [*TEXTS, long_text]]
+    mixed_steps = []  # steps with decode rows: (prompt tokens, the cap's budget)
+    schedule_prompts = scheduler.schedule_prompts
+
+    def recorded(num_decode_rows):
+        budget = scheduler.decoding_prompt_budget
+        plan = schedule_prompts(num_decode_rows)
+        if num_decode_rows and plan.prefill:
+            mixed_steps.append((sum(n for _, n in plan.prefill), budget))
+        return plan
+
+    scheduler.schedule_prompts = recorded
+    eos = llm.tokenizer.eos_token_id
+    sampling = [SamplingParams(max_tokens=m, logit_bias={eos: -100}) for m in [*MAX_TOKENS, 6]]
+    for prompt, p, r in zip(prompts, sampling, llm.generate(prompts, sampling)):
+        assert r.token_ids == reference(llm, prompt, p.max_tokens)
+    assert len(prompts[-1]) > 256 and mixed_steps
+    assert all(budget is not None and n <= budget for n, budget in mixed_steps)
+    assert cap.mixed_steps and cap.decode_steps
+    assert_pool_full(llm)

@@ -183,6 +183,26 @@ def test_a_paced_step_keeps_prompt_room_beside_many_decode_rows():
     assert plan_view(s.schedule_prompts(num_decode_rows=60)) == (["p"], [], [("p", 4)])
 
 
+def test_beside_decode_rows_a_paced_step_keeps_to_the_decoding_prompt_budget():
+    s = Scheduler(max_num_seqs=64, max_num_prefill_seqs=4, prefill_step_size=2048)
+    s.step_token_budget, s.decoding_prompt_budget = 4096, 128
+    s.add_request(req("p", 1000))
+    assert plan_view(s.schedule_prompts(num_decode_rows=8)) == (["p"], [], [("p", 128)])
+    # With no row decoding, the step budget alone applies.
+    assert plan_view(s.schedule_prompts()) == ([], [], [("p", 871)])
+
+
+def test_beside_decode_rows_the_capped_budget_goes_in_shares_of_at_least_256():
+    s = Scheduler(max_num_seqs=64, max_num_prefill_seqs=8, prefill_step_size=2048)
+    s.step_token_budget, s.decoding_prompt_budget = 4096, 640
+    for name in "abcd":
+        s.add_request(req(name, 1000))
+    # 640 tokens: two shares of 320 (four of 160 would add two chunks' attention calls).
+    assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("a", 320), ("b", 320)]
+    # With no row decoding, the step budget in shares of `prefill_align`: everyone's rest.
+    assert plan_view(s.schedule_prompts())[2] == [("a", 679), ("b", 679), ("c", 999), ("d", 999)]
+
+
 def test_paced_shares_are_whole_alignments_for_as_many_requests_as_fit():
     s = Scheduler(max_num_seqs=8, max_num_prefill_seqs=4, prefill_step_size=2048, prefill_align=64)
     s.step_token_budget = 150

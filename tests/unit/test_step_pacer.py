@@ -46,3 +46,22 @@ def test_only_steps_with_prompt_work_filling_half_the_budget_are_observed():
     metrics.prompt_tokens_total += 64  # 64 prompts' last tokens start (and sample 64 tokens):
     metrics.generation_tokens_total += 64  # far below the budget
     assert pacer.after_step(metrics, mark) == 4096 and pacer.seconds_per_token == 0.0001
+
+
+def test_steps_beside_decode_rows_feed_the_mixed_step_cap():
+    pacer = StepPacer(0.5, 16384, itl_ratio=4.0)
+    metrics = SimpleNamespace(prompt_tokens_total=0, generation_tokens_total=0)
+    mark = pacer.mark(metrics)
+    metrics.generation_tokens_total = 8  # decode-only
+    pacer.after_step(metrics, mark)
+    mark = pacer.mark(metrics)
+    metrics.prompt_tokens_total, metrics.generation_tokens_total = 256, 16  # prompt beside rows
+    pacer.after_step(metrics, mark)
+    mark = pacer.mark(metrics)
+    metrics.prompt_tokens_total = 512  # a prompt alone: no decode rows, not the cap's
+    pacer.after_step(metrics, mark)
+    assert len(pacer.mixed_cap.decode_steps) == 1
+    assert [n for n, _ in pacer.mixed_cap.mixed_steps] == [256]
+    assert pacer.decoding_budget == 512
+    assert StepPacer(0.5, 16384).decoding_budget is None
+    assert StepPacer(None, 16384, itl_ratio=4.0).decoding_budget is None

@@ -1,0 +1,62 @@
+"""The serve flags that size a step's prompt work, and the prefix cache's switch."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _ratio_or_zero(text: str) -> float:
+    value = float(text)
+    if not (value == 0 or value > 1):
+        raise argparse.ArgumentTypeError(f"must be above 1 (or 0: off), got {text}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_step_args(p: argparse.ArgumentParser) -> None:
+    """`--no-prefix-caching`, `--prefill-chunk-seconds`, `--prefill-itl-ratio` and
+    `--max-num-batched-tokens`."""
+    p.add_argument(
+        "--no-prefix-caching",
+        action="store_true",
+        help="turn off automatic prefix caching (paged path)",
+    )
+    p.add_argument(
+        "--prefill-chunk-seconds",
+        type=_non_negative_float,
+        default=0.5,
+        help="how long a step with prompt work may take: prompt chunks are sized from measured "
+        "step times and shared equally among prompts, so a long prompt holds neither a short "
+        "one's first token nor a hang-up for its whole prefill (paged path; 0 turns it off; "
+        "default 0.5)",
+    )
+    p.add_argument(
+        "--prefill-itl-ratio",
+        type=_ratio_or_zero,
+        default=0.0,
+        help="while streams decode, how many decode steps' time a step with prompt work may "
+        "take (its prompt work keeps at least a third of it): prompts arriving together enter "
+        "over several steps instead of stretching every stream's next token (paged path, with "
+        "--prefill-chunk-seconds; e.g. 3.5; default 0: off)",
+    )
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive,
+        default=None,
+        help="most tokens a step runs while requests decode, decode rows included: prompts "
+        "are prefilled in chunks inside decode steps, so running streams keep their pace; a "
+        "step with nothing decoding runs whole chunks (paged path; default: no budget)",
+    )

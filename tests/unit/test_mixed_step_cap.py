@@ -1,0 +1,57 @@
+"""The cap on prompt tokens beside decoding streams: exact arithmetic on given step times."""
+
+import pytest
+
+from mlx_paged.engine.mixed_step_cap import ALIGN_TOKENS, FIRST_TOKENS, MixedStepCap
+
+
+def test_the_ratio_must_exceed_one():
+    with pytest.raises(ValueError, match="must exceed 1"):
+        MixedStepCap(1.0)
+
+
+def test_starts_small_and_doubles_until_two_sizes_can_be_told_apart():
+    cap = MixedStepCap(4.0)
+    assert cap.budget == FIRST_TOKENS
+    cap.observe_mixed(256, 0.010)
+    assert cap.fit() is None and cap.budget == 512
+    cap.observe_mixed(300, 0.011)  # 300 / 256: too close to split fixed and per-token parts
+    assert cap.fit() is None and cap.budget == 600
+
+
+def test_fits_the_target_from_a_fixed_and_a_per_token_part():
+    cap = MixedStepCap(4.0)
+    for _ in range(3):
+        cap.observe_decode(0.004)
+    cap.observe_mixed(256, 0.006 + 256e-5)  # 6 ms fixed, 10 us a prompt token
+    cap.observe_mixed(1024, 0.006 + 1024e-5)
+    fixed, per_token = cap.fit()
+    assert fixed == pytest.approx(0.006) and per_token == pytest.approx(1e-5)
+    # 4 decode steps are 16 ms: 10 ms for prompt tokens, 1,000, cut to a multiple of 64.
+    assert cap.budget == 960
+
+
+def test_a_fixed_part_near_the_target_still_leaves_prompts_a_third_of_the_step():
+    cap = MixedStepCap(2.0)
+    cap.observe_decode(0.004)
+    cap.observe_mixed(100, 0.009 + 100e-5)  # 9 ms fixed: above the 8 ms target alone
+    cap.observe_mixed(400, 0.009 + 400e-5)
+    assert cap.budget == 448  # 4.5 ms of prompt work: 450 tokens, in 64s
+
+
+def test_without_a_decode_step_the_fixed_part_stands_for_one():
+    cap = MixedStepCap(3.0)
+    cap.observe_mixed(64, 0.002 + 64e-6)  # 2 ms fixed, 1 us a token
+    cap.observe_mixed(512, 0.002 + 512e-6)
+    assert cap.budget == 3968  # 6 ms - 2 ms: 4,000 tokens, in 64s
+
+
+def test_noise_keeps_the_last_good_fit_and_the_floor_is_one_alignment():
+    cap = MixedStepCap(2.0)
+    cap.observe_decode(0.001)
+    cap.observe_mixed(100, 0.010)
+    cap.observe_mixed(200, 0.020)  # 0.1 ms a token, no fixed part
+    assert cap.fit() == pytest.approx((0.0, 1e-4))
+    cap.observe_mixed(400, 0.001)  # a slope below zero now: the fit before it stays
+    assert cap.fit() == pytest.approx((0.0, 1e-4))
+    assert cap.budget == ALIGN_TOKENS  # 2 ms of prompt work: 20 tokens, raised to 64
