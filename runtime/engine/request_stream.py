@@ -20,7 +20,7 @@ class RequestStream:
         self.request_id = request_id
         self.request = request
         self._cancel = cancel
-        self.queue: queue.Queue[RequestOutput] = queue.Queue()
+        self.queue: queue.SimpleQueue[RequestOutput] = queue.SimpleQueue()
         # Called (on the producing thread) after each output is queued: how an asyncio
         # consumer learns of it without a thread of its own.
         self.on_output: Callable[[], None] | None = None
