@@ -1,5 +1,5 @@
 """Tiny configs of the families with multi-head latent attention (MLA), merged into
-`tiny_models.EXTRA`: a latent of 32 and a RoPE key part of 8 a token."""
+`tiny_configs.EXTRA`: a latent of 32 and a RoPE key part of 8 a token."""
 
 LATENT = {
     "kv_lora_rank": 32,

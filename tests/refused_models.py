@@ -1,5 +1,5 @@
 """Tiny configs of families the paged path refuses by what they do (`kv/kv_layout.py`'s probe,
-`kv/cache_plan.py`), merged into `tiny_models.EXTRA`: layers that attend other
+`kv/cache_plan.py`), merged into `tiny_configs.EXTRA`: layers that attend other
 than once to what they cached, forwards that fail on paged caches, no attention layers."""
 
 REFUSED_FAMILIES = {
