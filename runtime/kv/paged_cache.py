@@ -19,6 +19,7 @@ import mlx.core as mx
 
 from mlx_paged.kernels.counter_chain import CounterChain
 from mlx_paged.kernels.quantized_pages import QuantizedKVPages, QuantizedPages
+from mlx_paged.kv.chunk_batch import ChunkBatch
 from mlx_paged.kv.kv_groups import KVCacheGroups
 from mlx_paged.kv.page_arrays import KVPages, SlotMapping
 from mlx_paged.kv.rope_fusion import DeferredOffset
@@ -42,6 +43,8 @@ class PagedAttentionMetadata:
         decode_rows: a decode forward that also runs prefill chunks: the metadata of its
             decode rows alone, which come first (`block_tables`, `context_lens` are theirs);
             each further row is one token of a `prefill_rows` chunk, in order.
+        chunk_batch: those chunks laid out for one attention call (`kv/chunk_batch.py`), where
+            there are several.
     """
 
     block_tables: mx.array
@@ -52,6 +55,7 @@ class PagedAttentionMetadata:
     rope_in_attention: bool = False
     prefill_rows: tuple[tuple[int, int, mx.array], ...] = ()
     decode_rows: PagedAttentionMetadata | None = None
+    chunk_batch: ChunkBatch | None = None
 
     @property
     def starts_at_zero(self) -> bool:

@@ -34,10 +34,13 @@ def causal_row(queries: mx.array, cache, start: int, table: mx.array, scale) -> 
 def chunk_rows_attention(queries, keys, values, cache, scale, mask, sinks) -> mx.array:
     """Attention of the chunk tokens of a decode forward that runs prefill chunks: `queries`
     `(C, H, 1, D)` and the forward's new `keys`/`values` `(C, KV, 1, D)` under the layer's
-    `PagedMask`, the chunks of
-    `cache.metadata.prefill_rows` one after another. Chunks that start at 0 attend together
-    over their own K/V in one call; the others over their gathered context, one call each."""
+    `PagedMask`, the chunks of `cache.metadata.prefill_rows` one after another. Where the
+    metadata lays them out for it (`chunk_batch`), all in one call over their pages; else
+    chunks that start at 0 attend together over their own K/V in one call, the others over
+    their gathered context, one call each."""
     pool = cache.pool
+    if cache.metadata.chunk_batch is not None:
+        return _batched_rows(queries, cache, scale, mask, sinks)
     spans, at = [], 0
     for start, count, table in cache.metadata.prefill_rows:
         spans.append((at, start, count, table))
@@ -64,6 +67,21 @@ def chunk_rows_attention(queries, keys, values, cache, scale, mask, sinks) -> mx
                                             softcap=mask.softcap, chunk=mask.chunk)  # fmt: skip
         outs[at] = out.transpose(2, 1, 0, 3)
     return mx.concatenate([outs[at] for at, *_ in spans])
+
+
+def _batched_rows(queries, cache, scale, mask, sinks) -> mx.array:
+    """Every chunk in one call (`kv/chunk_batch.py`): its queries a padded row over its pages,
+    under the layer's mask; each real query's output picked back in chunk order."""
+    batch = cache.metadata.chunk_batch
+    (rows, width), (_, heads, _, dim) = batch.shape, queries.shape
+    cache.pool.attention_calls["batched_rows", "prefill"] += 1
+    q = queries[batch.query_rows].reshape(rows, width, heads, dim).transpose(0, 2, 1, 3)
+    out = paged_attention_reference(
+        q, cache.k_pages, cache.v_pages, batch.tables, batch.context_lens, batch.positions,
+        scale=scale, window=mask.window, sinks=sinks, softcap=mask.softcap, chunk=mask.chunk,
+    )  # fmt: skip
+    out = out.transpose(0, 2, 1, 3).reshape(rows * width, heads, out.shape[-1])
+    return out[batch.token_rows][:, :, None]
 
 
 def _own_rows(queries, keys, values, spans, scale, pool) -> dict[int, mx.array]:

@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 
 from mlx_paged.kernels.kernel_inputs import input_array
+from mlx_paged.kv.chunk_batch import chunk_batch
 from mlx_paged.kv.kv_cache_manager import cdiv
 from mlx_paged.kv.page_arrays import make_slot_mapping
 from mlx_paged.kv.paged_cache import PagedAttentionMetadata
@@ -76,10 +77,12 @@ def decode_metadata(
     ]
 
 
-def mixed_metadata(kv, decode: list[PagedAttentionMetadata], lens, slots, prefill):
+def mixed_metadata(kv, decode: list[PagedAttentionMetadata], lens, slots, prefill,
+                   batch_chunks: bool = False):  # fmt: skip
     """Per group, the metadata of a decode forward that also runs `prefill` chunks `(request,
     tokens)`: each chunk token a row of one token after the decode rows, at its own position
-    and slot; `decode_rows` keeps the decode rows' own metadata. Also the chunk tokens' ids."""
+    and slot; `decode_rows` keeps the decode rows' own metadata. Also the chunk tokens' ids.
+    `batch_chunks`: lay the chunks out for one attention call (`chunk_batch`)."""
     ids, positions = [], []
     for r, n in prefill:
         start = r.num_computed_tokens - n
@@ -88,16 +91,18 @@ def mixed_metadata(kv, decode: list[PagedAttentionMetadata], lens, slots, prefil
     offsets = input_array(np.concatenate([lens - 1, np.asarray(positions, np.int32)]))
     metas = []
     for g, (meta, group_slots) in enumerate(zip(decode, slots)):
-        chunk_slots, rows = [], []
+        chunk_slots, rows, chunks = [], [], []
         for r, n in prefill:
             start, table = r.num_computed_tokens - n, group_pages(kv, r, g)
             chunk_slots += slots_of(table, start, n, kv.block_size)
             rows.append(prefill_row(table, start, n, kv.block_size))
+            chunks.append((start, n, table))
         metas.append(dataclasses.replace(
             meta,
             offsets=offsets,
             slot_mapping=make_slot_mapping(np.concatenate([group_slots, chunk_slots])),
             prefill_rows=tuple(rows),
             decode_rows=meta,
+            chunk_batch=chunk_batch(chunks) if batch_chunks else None,
         ))  # fmt: skip
     return metas, ids

@@ -4,7 +4,9 @@ forwards of its own; the tokens stay mlx-lm's."""
 
 from __future__ import annotations
 
+import pytest
 from test_paged_engine import TEXTS, assert_pool_full, params, reference
+from tiny_models import build_model
 
 from mlx_paged import LLM, SamplingParams
 
@@ -113,3 +115,39 @@ def test_a_model_whose_head_cannot_be_split_prefills_in_forwards_of_its_own(
         assert r.token_ids == reference(llm, prompt, p.max_tokens)
     assert calls["mixed"] == 0 and calls["prefill"] > 0
     assert_pool_full(llm)
+
+
+# Four prompts prefilled 8 tokens at a time while rows decode: several chunks a step.
+SEVERAL_CHUNKS = dict(
+    kv_paged=True,
+    block_size=4,
+    num_blocks=200,
+    max_num_seqs=6,
+    max_num_prefill_seqs=4,
+    prefill_step_size=8,
+    prefill_chunk_seconds=None,
+)
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gemma3_text"])
+def test_chunks_of_several_prompts_attend_in_one_call(tiny_model_dir, model_type):
+    """Off CUDA, the chunks of several prompts that ride in one decode forward attend in one
+    call over their pages (`kv/chunk_batch.py`), sliding windows included, and the tokens stay
+    mlx-lm's."""
+    llm = LLM(str(tiny_model_dir(model_type)), **SEVERAL_CHUNKS)
+    prompts = [llm.tokenizer.encode(t) for t in TEXTS]
+    for prompt, p, r in zip(prompts, params(llm), llm.generate(prompts, params(llm))):
+        assert r.token_ids == reference(llm, prompt, p.max_tokens)
+    assert llm.engine.runner.pool.attention_calls["batched_rows", "prefill"] > 0
+    assert_pool_full(llm)
+
+
+def test_chunks_over_quantized_pages_keep_a_call_each(tmp_path):
+    """Quantized pages keep a call a chunk: chunks from position 0 attend over their fresh
+    K/V there, not over pages rounded to 8 bits."""
+    llm = LLM(str(build_model(tmp_path, "llama", head_dim=32)), kv_bits=8, kv_group_size=32,
+              **SEVERAL_CHUNKS)  # fmt: skip
+    prompts = [llm.tokenizer.encode(t) for t in TEXTS]
+    llm.generate(prompts, params(llm))
+    calls = llm.engine.runner.pool.attention_calls
+    assert calls["batched_rows", "prefill"] == 0 and calls["causal_rows", "prefill"] > 0
