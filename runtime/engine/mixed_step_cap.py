@@ -49,7 +49,7 @@ class MixedStepCap:
         """Prompt tokens for the next step that runs beside decode rows."""
         fit = self.fit()
         if fit is None:  # no sizes that differ yet: twice the largest, so the next ones do
-            return 2 * max((n for n, _ in self.mixed_steps), default=FIRST_TOKENS // 2)
+            return max(FIRST_TOKENS, 2 * max((n for n, _ in self.mixed_steps), default=0))
         fixed, per_token = fit
         decode = statistics.median(self.decode_steps) if self.decode_steps else fixed
         tokens = max(self.ratio * decode - fixed, fixed / 2) / per_token
@@ -57,10 +57,11 @@ class MixedStepCap:
 
     def fit(self) -> tuple[float, float] | None:
         """`(fixed seconds, seconds a prompt token)` of recent steps with prompt work, by least
-        squares once their sizes differ by half; while they do not, or the slope comes out
-        non-positive (noise), the last good fit (None before one)."""
+        squares once their sizes differ by half and one reached `FIRST_TOKENS` (a few tokens'
+        cost is lost in a step's noise); until then, or where the slope comes out non-positive,
+        the last good fit (None before one)."""
         sizes = [n for n, _ in self.mixed_steps]
-        if len(sizes) < 2 or 2 * max(sizes) < 3 * min(sizes):
+        if len(sizes) < 2 or 2 * max(sizes) < 3 * min(sizes) or max(sizes) < FIRST_TOKENS:
             return self._last_fit
         mean_n = statistics.fmean(sizes)
         mean_s = statistics.fmean(s for _, s in self.mixed_steps)

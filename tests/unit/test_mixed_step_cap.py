@@ -13,10 +13,13 @@ def test_the_ratio_must_exceed_one():
 def test_starts_small_and_doubles_until_two_sizes_can_be_told_apart():
     cap = MixedStepCap(4.0)
     assert cap.budget == FIRST_TOKENS
+    cap.observe_mixed(3, 0.004)  # three rows starting, no chunk: the first budget still holds
+    cap.observe_mixed(9, 0.004)  # sizes 3x apart, but a few tokens' cost is noise
+    assert cap.fit() is None and cap.budget == FIRST_TOKENS
     cap.observe_mixed(256, 0.010)
-    assert cap.fit() is None and cap.budget == 512
-    cap.observe_mixed(300, 0.011)  # 300 / 256: too close to split fixed and per-token parts
-    assert cap.fit() is None and cap.budget == 600
+    cap.observe_mixed(300, 0.011)
+    cap.mixed_steps.popleft(), cap.mixed_steps.popleft()
+    assert cap.fit() is None and cap.budget == 600  # 300 / 256: too close to split the parts
 
 
 def test_fits_the_target_from_a_fixed_and_a_per_token_part():
@@ -49,9 +52,9 @@ def test_without_a_decode_step_the_fixed_part_stands_for_one():
 def test_noise_keeps_the_last_good_fit_and_the_floor_is_one_alignment():
     cap = MixedStepCap(2.0)
     cap.observe_decode(0.001)
-    cap.observe_mixed(100, 0.010)
-    cap.observe_mixed(200, 0.020)  # 0.1 ms a token, no fixed part
+    cap.observe_mixed(150, 0.015)
+    cap.observe_mixed(300, 0.030)  # 0.1 ms a token, no fixed part
     assert cap.fit() == pytest.approx((0.0, 1e-4))
-    cap.observe_mixed(400, 0.001)  # a slope below zero now: the fit before it stays
+    cap.observe_mixed(600, 0.001)  # a slope below zero now: the fit before it stays
     assert cap.fit() == pytest.approx((0.0, 1e-4))
     assert cap.budget == ALIGN_TOKENS  # 2 ms of prompt work: 20 tokens, raised to 64
