@@ -17,6 +17,15 @@ import numpy as np
 MIN_CHUNKS = 2  # one chunk keeps its own call: nothing to batch
 
 
+def batches_chunks(pool) -> bool:
+    """Whether `pool`'s mixed steps attend their chunks in one call: not on CUDA, whose SDPA
+    builds a graph for every shape it meets (its chunks keep the buckets of
+    `kv/prefill_shapes.py`), nor over quantized pages (chunks from position 0 attend over
+    their fresh K/V there, not over pages rounded to 8 or 4 bits)."""
+    on_cuda = mx.default_device() == mx.gpu and mx.cuda.is_available()
+    return not on_cuda and not pool.quantized
+
+
 @dataclass(frozen=True)
 class ChunkBatch:
     """R chunks as rows of N queries: `tables (R, max_blocks)`, `context_lens (R,)` and

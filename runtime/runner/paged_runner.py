@@ -14,9 +14,9 @@ import numpy as np
 
 from mlx_paged.kv.attention_hook import forward_on
 from mlx_paged.kv.cache_plan import AttentionSlot, CachePlan
+from mlx_paged.kv.chunk_batch import batches_chunks
 from mlx_paged.kv.kv_cache_manager import KVCacheManager, cdiv
 from mlx_paged.kv.paged_cache import PagedAttentionMetadata, PagedKVPool, PagedLayerCache
-from mlx_paged.kv.row_attention import row_shapes
 from mlx_paged.kv.shape_buckets import bucket
 from mlx_paged.kv.state_pool import StatePool
 from mlx_paged.request import PromptSchedule, Request
@@ -178,9 +178,9 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
         real, tables, lens, slots = self._decode_batch(padded=True)
         # The decode rows' own metadata is built once here, not sliced in every layer.
         decode = decode_metadata(tables, lens, slots)
-        # One attention call for all chunks where its shapes need no CUDA buckets.
-        batch = row_shapes(self.pool) is None and not self.pool.quantized
-        metas, ids = mixed_metadata(self.kv, decode, lens, slots, prefill, batch)
+        metas, ids = mixed_metadata(
+            self.kv, decode, lens, slots, prefill, batches_chunks(self.pool)
+        )
         tokens = mx.concatenate([_padded(inputs, len(lens)), mx.array(ids, inputs.dtype)])
         with forward_on(self.pool):
             caches = self._caches(metas)
