@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from mlx_paged.cli.arg_types import non_negative_float, positive, positive_float
 from mlx_paged.cli.speculation_args import add_speculation_args
 from mlx_paged.cli.step_args import add_step_args
 from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES
@@ -43,27 +44,6 @@ def _on_off(text: str) -> bool:
     raise argparse.ArgumentTypeError("expected on or off")
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def add_serve_args(p: argparse.ArgumentParser) -> None:
     """Add every `serve` flag to `p`."""
     _add_model_args(p)
@@ -87,7 +67,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
     p.add_argument(
         "--max-tokens",
-        type=_positive,
+        type=positive,
         default=512,
         help="default max tokens per response (default 512)",
     )
@@ -97,19 +77,19 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-p", type=float, default=0.0, help="default min-p, 0 = off")
     p.add_argument(
         "--decode-concurrency",
-        type=_positive,
+        type=positive,
         default=32,
         help="most requests decoding at once (default 32)",
     )
     p.add_argument(
         "--prompt-concurrency",
-        type=_positive,
+        type=positive,
         default=8,
         help="most requests prefilling at once (default 8)",
     )
     p.add_argument(
         "--prefill-step-size",
-        type=_positive,
+        type=positive,
         default=2048,
         help="prompt tokens per request per step (default 2048)",
     )
@@ -154,7 +134,7 @@ def _add_kv_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--num-blocks",
-        type=_positive,
+        type=positive,
         default=None,
         help="KV pool size in blocks (wins over --kv-budget)",
     )
@@ -249,14 +229,14 @@ def _add_http_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--request-timeout",
-        type=_positive_float,
+        type=positive_float,
         default=30.0,
         help="seconds a client has to send a whole request, headers and body, and "
         "that an idle keep-alive connection stays open (default 30)",
     )
     p.add_argument(
         "--max-connections",
-        type=_positive,
+        type=positive,
         default=512,
         help="most open client connections; at the cap a new one replaces the "
         "longest idle one, or gets 503 when all are busy (default 512)",
@@ -264,7 +244,7 @@ def _add_http_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allowed-origins", default="*", help="CORS allowed origins (default *)")
     p.add_argument(
         "--shutdown-grace",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=10.0,
         help="seconds in-flight requests get to finish on Ctrl-C/SIGTERM (default 10)",
     )

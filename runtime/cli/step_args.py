@@ -4,26 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _ratio_or_zero(text: str) -> float:
-    value = float(text)
-    if not (value == 0 or value > 1):
-        raise argparse.ArgumentTypeError(f"must be above 1 (or 0: off), got {text}")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+from mlx_paged.cli.arg_types import non_negative_float, positive, ratio_or_zero
 
 
 def add_step_args(p: argparse.ArgumentParser) -> None:
@@ -36,7 +17,7 @@ def add_step_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--prefill-chunk-seconds",
-        type=_non_negative_float,
+        type=non_negative_float,
         default=0.5,
         help="how long a step with prompt work may take: prompt chunks are sized from measured "
         "step times and shared equally among prompts, so a long prompt holds neither a short "
@@ -45,7 +26,7 @@ def add_step_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--prefill-itl-ratio",
-        type=_ratio_or_zero,
+        type=ratio_or_zero,
         default=0.0,
         help="while streams decode, how many decode steps' time a step with prompt work may "
         "take (its prompt work keeps at least a third of it): prompts arriving together enter "
@@ -54,7 +35,7 @@ def add_step_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-num-batched-tokens",
-        type=_positive,
+        type=positive,
         default=None,
         help="most tokens a step runs while requests decode, decode rows included: prompts "
         "are prefilled in chunks inside decode steps, so running streams keep their pace; a "

@@ -237,9 +237,8 @@ class Scheduler:
         return min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
 
     def _shared_chunks(self, budget: int, min_share: int) -> list[tuple[Request, int]]:
-        """Prompt chunks within a paced step's `budget`: prefilling requests get equal shares
-        first (so a short prompt is not queued behind a long one's chunks), then what is left
-        goes to them in arrival order; chunks cut short end on `prefill_align`."""
+        """Prompt chunks within a paced step's `budget`, granted by `shared_grants` in shares of
+        at least `min_share`; chunks cut short end on `prefill_align`."""
         wants = [(req, n) for req in self.prefilling if (n := self._chunk_want(req)) >= 1]
         if not wants:
             return []

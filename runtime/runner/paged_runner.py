@@ -73,6 +73,8 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
             self.lean = None
         # A chunk's tokens run as rows of one token there, which recurrent state cannot take.
         self.mixes_prefill = self.logits_head is not None and states is None
+        # Whether a mixed step's chunks attend in one call (`kv/chunk_batch.py`).
+        self.batches_chunks = batches_chunks(pool)
         if self.logits_head is None:
             logger.info("prefill chunks run in forwards of their own: the model's logits head "
                         "could not be split from its body")  # fmt: skip
@@ -178,9 +180,7 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
         real, tables, lens, slots = self._decode_batch(padded=True)
         # The decode rows' own metadata is built once here, not sliced in every layer.
         decode = decode_metadata(tables, lens, slots)
-        metas, ids = mixed_metadata(
-            self.kv, decode, lens, slots, prefill, batches_chunks(self.pool)
-        )
+        metas, ids = mixed_metadata(self.kv, decode, lens, slots, prefill, self.batches_chunks)
         tokens = mx.concatenate([_padded(inputs, len(lens)), mx.array(ids, inputs.dtype)])
         with forward_on(self.pool):
             caches = self._caches(metas)
