@@ -99,6 +99,22 @@ class Request:
         return self.prompt_token_ids + self.output_token_ids
 
     @property
+    def last_token_id(self) -> int:
+        return (self.output_token_ids or self.prompt_token_ids)[-1]
+
+    def token_id_range(self, start: int, stop: int | None = None) -> list[int]:
+        """`all_token_ids[start:stop]` (non-negative bounds), copying only that part: a long
+        prompt's tail or a chunk of it is short."""
+        num_prompt = len(self.prompt_token_ids)
+        if start >= num_prompt:
+            end = None if stop is None else stop - num_prompt
+            return self.output_token_ids[start - num_prompt : end]
+        if stop is not None and stop <= num_prompt:
+            return self.prompt_token_ids[start:stop]
+        end = None if stop is None else stop - num_prompt
+        return self.prompt_token_ids[start:] + self.output_token_ids[:end]
+
+    @property
     def is_finished(self) -> bool:
         return self.status.is_finished
 

@@ -52,15 +52,22 @@ class ResultBuilder:
 
     def add(self, out: RequestOutput) -> CompletionDelta:
         """The delta `out` makes; raises `GenerationError` when the engine failed the request."""
+        self.fold(out)
+        res = self.result
+        delta = CompletionDelta(res.request_id, out.text, list(out.token_ids), list(out.logprobs))
+        if out.finished:
+            delta.result = res
+        return delta
+
+    def fold(self, out: RequestOutput) -> None:
+        """Add `out` to the result, building no delta (whole results only)."""
         if out.error or out.finish_reason in ("abort", "error"):
             raise GenerationError(out.error or f"the request ended: {out.finish_reason}")
         res = self.result
         res.token_ids += out.token_ids
         res.text += out.text
-        res.logprobs += out.logprobs
-        delta = CompletionDelta(res.request_id, out.text, list(out.token_ids), list(out.logprobs))
-        if out.finished:
+        if out.logprobs:
+            res.logprobs += out.logprobs
+        if out.finish_reason is not None:
             res.finish_reason = out.finish_reason
             res.num_cached_tokens = out.num_cached_tokens
-            delta.result = res
-        return delta

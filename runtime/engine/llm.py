@@ -199,12 +199,16 @@ class LLM:
         try:
             for ids, p in zip(prompts, params):
                 requests.append(self._add(ids, p))
-            while not all(builder.finished for builder, _ in requests):
+            # Only the unfinished are read after each step: a large batch's finished ones cost
+            # nothing there.
+            running = list(requests)
+            while running:
                 self.engine.drain_inbox()
                 self.engine.step()
-                for builder, stream in requests:
+                for builder, stream in running:
                     while not builder.finished and not stream.queue.empty():
-                        builder.add(stream.queue.get())
+                        builder.fold(stream.queue.get())
+                running = [entry for entry in running if not entry[0].finished]
         finally:  # one failed (or a bad prompt was refused): the others stop too
             for builder, stream in requests:
                 if not builder.finished:

@@ -24,6 +24,15 @@ class PagedRequest(Protocol):
     @property
     def all_token_ids(self) -> Sequence[int]: ...
 
+    @property
+    def num_prefill_tokens(self) -> int:
+        """`len(all_token_ids)`, without building the list."""
+        ...
+
+    def token_id_range(self, start: int, stop: int | None = None) -> Sequence[int]:
+        """`all_token_ids[start:stop]`."""
+        ...
+
 
 class KVCacheManager(SlidingWindowBlocks):
     """Owns the block table of every running request.
@@ -80,10 +89,11 @@ class KVCacheManager(SlidingWindowBlocks):
     def _block_hashes(self, request: PagedRequest) -> list[BlockHash]:
         """The request's full-block hashes, extended incrementally as tokens arrive."""
         hashes = self.req_to_block_hashes.setdefault(request.request_id, [])
-        tokens = request.all_token_ids
-        if len(tokens) // self.block_size > len(hashes):
+        if request.num_prefill_tokens // self.block_size > len(hashes):
+            # Only the tokens past the hashed blocks are copied: decode adds a block at a time.
+            tail = request.token_id_range(len(hashes) * self.block_size)
             hashes += hash_request_blocks(
-                tokens, self.block_size, start=len(hashes), parent=hashes[-1] if hashes else None
+                tail, self.block_size, parent=hashes[-1] if hashes else None
             )
         return hashes
 
@@ -96,7 +106,7 @@ class KVCacheManager(SlidingWindowBlocks):
         """
         if not self.enable_caching:
             return [[] for _ in self.group_windows], 0
-        max_blocks = (len(request.all_token_ids) - 1) // self.block_size
+        max_blocks = (request.num_prefill_tokens - 1) // self.block_size
         hashes = self._block_hashes(request)[:max_blocks]
         return longest_hit(self.block_pool, hashes, self.group_windows, self.block_size,
                            self.group_scales, self.state_slots)  # fmt: skip
@@ -194,7 +204,7 @@ class KVCacheManager(SlidingWindowBlocks):
         self._free_out_of_window(request, groups, num_computed_tokens)
 
     def _cache_full_blocks(self, request, groups, num_computed_tokens: int) -> None:
-        num_tokens = min(num_computed_tokens, len(request.all_token_ids))
+        num_tokens = min(num_computed_tokens, request.num_prefill_tokens)
         cached = self.num_cached_block.setdefault(request.request_id, [0] * len(groups))
         hashes = None
         for g, blocks in enumerate(groups):
@@ -254,14 +264,19 @@ class KVCacheManager(SlidingWindowBlocks):
     def allocate_decode(self, request) -> bool:
         """Room for the token a decode step feeds (`allocate_slots(request, 1)`). A block the
         previous steps filled is cached first, so decoded text is a prefix like any prompt."""
-        if request.num_computed_tokens % self.block_size == 0:
-            self.cache_blocks(request, request.num_computed_tokens)
+        num_computed = request.num_computed_tokens
+        if num_computed % self.block_size == 0:
+            self.cache_blocks(request, num_computed)
         groups = self.req_to_blocks.get(request.request_id)
         # Most steps: the token's slot is in a block the request holds, and nothing changes.
-        if groups and request.num_computed_tokens < min(
-            len(blocks) * size for blocks, size in zip(groups, self.group_block_sizes)
-        ):
-            return True
+        if groups:
+            sizes = self.group_block_sizes
+            if len(groups) == 1:
+                room = len(groups[0]) * sizes[0]
+            else:
+                room = min(len(blocks) * size for blocks, size in zip(groups, sizes))
+            if num_computed < room:
+                return True
         return self.allocate_slots(request, 1) is not None
 
     def trim(self, request: PagedRequest, num_tokens: int) -> None:

@@ -29,7 +29,8 @@ class BlockTable:
         self.block_size = block_size
         self.page_scale = page_scale
         self.table = np.zeros((_FIRST_ROWS, _FIRST_BLOCKS), dtype=np.int32)
-        self.num_pages = np.zeros(_FIRST_ROWS, dtype=np.int32)
+        # Pages copied into each row so far (a list: `sync` reads it once a row every step).
+        self.num_pages: list[int] = []
         # Each row's live block list, owned by the KV cache manager, which appends to it while
         # the row decodes (and trims what rejected drafts took).
         self._blocks: list[list] = []
@@ -44,7 +45,7 @@ class BlockTable:
         if row == len(self.table):
             self._grow(rows=2 * row)
         self._blocks.append(blocks)
-        self.num_pages[row] = 0
+        self.num_pages.append(0)
         self.table[row] = 0
 
     def keep_rows(self, keep: Sequence[int]) -> None:
@@ -52,9 +53,8 @@ class BlockTable:
         n = len(keep)
         index = np.asarray(keep, dtype=np.int64)
         self.table[:n] = self.table[index]
-        self.num_pages[:n] = self.num_pages[index]
         self.table[n : self.num_rows] = 0
-        self.num_pages[n : self.num_rows] = 0
+        self.num_pages = [self.num_pages[i] for i in keep]
         self._blocks = [self._blocks[i] for i in keep]
 
     def clear(self) -> None:
@@ -63,18 +63,20 @@ class BlockTable:
     def sync(self) -> int:
         """Copy in the pages of the blocks each row gained since the last call, and clear those
         of blocks it gave back (rejected drafts); returns the widest row's number of pages."""
-        widest, scale = 0, self.page_scale
+        widest, scale, num_pages = 0, self.page_scale, self.num_pages
         for row, blocks in enumerate(self._blocks):
-            have, now = int(self.num_pages[row]), len(blocks) * scale
+            have, now = num_pages[row], len(blocks) * scale
+            if now == have:  # most rows, most steps
+                widest = max(widest, now)
+                continue
             if now < have:
                 self.table[row, now:have] = 0
-                self.num_pages[row] = now
-            elif now > have:
+            else:
                 if now > self.table.shape[1]:
                     self._grow(blocks=2 * now)
                 ids = [b.block_id for b in blocks[have // scale :]]
                 self.table[row, have:now] = page_ids(ids, scale)
-                self.num_pages[row] = now
+            num_pages[row] = now
             widest = max(widest, now)
         return widest
 
@@ -110,9 +112,7 @@ class BlockTable:
         table = np.zeros((rows, blocks), dtype=np.int32)
         old_rows, old_blocks = self.table.shape
         table[:old_rows, :old_blocks] = self.table
-        num_pages = np.zeros(rows, dtype=np.int32)
-        num_pages[:old_rows] = self.num_pages
-        self.table, self.num_pages = table, num_pages
+        self.table = table
 
 
 def page_ids(block_ids: list[int], scale: int) -> list[int]:

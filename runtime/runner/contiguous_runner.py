@@ -102,7 +102,7 @@ class ContiguousRunner(LookaheadDecoder, ModelRunner):
         rows = [self.prompt_rows[i] for i in moved]
         self.prompt_rows = [self.prompt_rows[i] for i in keep]
 
-        inputs = mx.array([r.all_token_ids[-1] for r in rows])
+        inputs = mx.array([r.last_token_id for r in rows])
         logits = self.model(inputs[:, None], cache=cache)[:, -1, :]
         self.start_rows(rows, logits, inputs)
         self.decode_cache = _extend(self.decode_cache, cache)
@@ -111,7 +111,7 @@ class ContiguousRunner(LookaheadDecoder, ModelRunner):
         if [r.request_id for r, _ in prefill] != [r.request_id for r in self.prompt_rows]:
             raise RuntimeError("prefill rows differ from the runner's prompt batch order")
         chunks = [
-            r.all_token_ids[r.num_computed_tokens - n : r.num_computed_tokens] for r, n in prefill
+            r.token_id_range(r.num_computed_tokens - n, r.num_computed_tokens) for r, n in prefill
         ]
         lengths = [len(c) for c in chunks]
         max_length = max(lengths)

@@ -86,7 +86,7 @@ def mixed_metadata(kv, decode: list[PagedAttentionMetadata], lens, slots, prefil
     ids, positions = [], []
     for r, n in prefill:
         start = r.num_computed_tokens - n
-        ids += r.all_token_ids[start : start + n]
+        ids += r.token_id_range(start, start + n)
         positions += range(start, start + n)
     offsets = input_array(np.concatenate([lens - 1, np.asarray(positions, np.int32)]))
     metas = []

@@ -151,7 +151,8 @@ class LookaheadDecoder:
         the next decode step feeds that token with the batch's, and its sample is their first
         token (out with the step after). The fed prompt token is no output."""
         # uint32, as samplers return: a compiled step is traced per input dtype.
-        fed = mx.array([r.all_token_ids[r.num_computed_tokens - 1] for r in rows], mx.uint32)
+        fed = [r.token_id_range(r.num_computed_tokens - 1, r.num_computed_tokens)[0] for r in rows]
+        fed = mx.array(fed, mx.uint32)
         if self.next_tokens is None or not self.decode_rows:
             self.next_tokens = fed
         else:

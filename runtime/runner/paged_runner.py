@@ -244,7 +244,7 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
             self.kv.cache_blocks(r, r.num_computed_tokens)
 
     def _prefill_forward(self, rows: list[Request], starts, counts, width: int, states=()):
-        tokens = [r.all_token_ids[s : s + n] + [0] * (width - n)
+        tokens = [r.token_id_range(s, s + n) + [0] * (width - n)
                   for r, s, n in zip(rows, starts, counts)]  # fmt: skip
         metas = prefill_metadata(self.kv, rows, starts, counts, width)
         self._forward(mx.array(tokens), metas, states=states)

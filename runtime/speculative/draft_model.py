@@ -52,7 +52,7 @@ class DraftModelProposer:
             if limit < 1:
                 continue
             row = self._rows.setdefault(request.request_id, _DraftRow(request.request_id))
-            chunk = _unseen(request, row.num_computed_tokens) + tail
+            chunk = request.token_id_range(row.num_computed_tokens) + tail
             catch_up = len(chunk) > budget
             if catch_up:  # this step feeds what the budget allows, and drafts nothing
                 chunk = chunk[:budget]
@@ -109,10 +109,3 @@ class DraftModelProposer:
         for row, n in zip(rows, counts):
             row.num_computed_tokens += n
         return picked.tolist()
-
-
-def _unseen(request, known: int) -> list[int]:
-    """The request's prompt and output tokens after its first `known`, without copying the
-    rest of them."""
-    prompt, output = request.prompt_token_ids, request.output_token_ids
-    return prompt[known:] + output[max(0, known - len(prompt)) :]

@@ -29,6 +29,13 @@ class Req:
     def all_token_ids(self):
         return self.tokens + self.extra
 
+    @property
+    def num_prefill_tokens(self):
+        return len(self.tokens) + len(self.extra)
+
+    def token_id_range(self, start, stop=None):
+        return self.all_token_ids[start:stop]
+
 
 def free_ids(pool: BlockPool) -> list[int]:
     return [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]
