@@ -8,30 +8,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Protocol
 
 from mlx_paged.kv.block_pool import BlockPool
-from mlx_paged.kv.kv_cache_utils import BlockHash, KVCacheBlock, hash_request_blocks
+from mlx_paged.kv.kv_cache_utils import (
+    BlockHash,
+    KVCacheBlock,
+    PagedRequest,
+    hash_request_blocks,
+)
 from mlx_paged.kv.prefix_hits import group_key, longest_hit
 from mlx_paged.kv.state_slots import StateSlots
 from mlx_paged.kv.window_blocks import SlidingWindowBlocks, cdiv
-
-
-class PagedRequest(Protocol):
-    request_id: str
-    num_computed_tokens: int
-
-    @property
-    def all_token_ids(self) -> Sequence[int]: ...
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        """`len(all_token_ids)`, without building the list."""
-        ...
-
-    def token_id_range(self, start: int, stop: int | None = None) -> Sequence[int]:
-        """`all_token_ids[start:stop]`."""
-        ...
 
 
 class KVCacheManager(SlidingWindowBlocks):
@@ -267,16 +254,14 @@ class KVCacheManager(SlidingWindowBlocks):
         num_computed = request.num_computed_tokens
         if num_computed % self.block_size == 0:
             self.cache_blocks(request, num_computed)
-        groups = self.req_to_blocks.get(request.request_id)
+        groups, sizes = self.req_to_blocks.get(request.request_id), self.group_block_sizes
         # Most steps: the token's slot is in a block the request holds, and nothing changes.
-        if groups:
-            sizes = self.group_block_sizes
-            if len(groups) == 1:
-                room = len(groups[0]) * sizes[0]
-            else:
-                room = min(len(blocks) * size for blocks, size in zip(groups, sizes))
-            if num_computed < room:
-                return True
+        if groups and num_computed < (
+            len(groups[0]) * sizes[0]
+            if len(groups) == 1
+            else min(len(blocks) * size for blocks, size in zip(groups, sizes))
+        ):
+            return True
         return self.allocate_slots(request, 1) is not None
 
     def trim(self, request: PagedRequest, num_tokens: int) -> None:

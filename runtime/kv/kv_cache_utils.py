@@ -7,9 +7,20 @@ import hashlib
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NewType
+from typing import NewType, Protocol
 
 BlockHash = NewType("BlockHash", bytes)
+
+
+class PagedRequest(Protocol):
+    """What the KV cache manager reads of a request."""
+
+    request_id: str
+    num_computed_tokens: int
+    num_prefill_tokens: int  # its prompt and output tokens
+
+    def token_id_range(self, start: int, stop: int | None = None) -> Sequence[int]: ...
+
 
 # The parent of a request's first block: a fixed root, so equal prefixes hash equally.
 ROOT_HASH = BlockHash(hashlib.sha256(b"mlx-paged/root").digest())
