@@ -17,11 +17,12 @@ from mlx_paged.kv.paged_cache import PagedAttentionMetadata
 from mlx_paged.runner.block_table import page_ids
 
 
-def slots_of(table: list[int], start: int, count: int, block_size: int) -> list[int]:
+def slots_of(table: list[int], start: int, count: int, block_size: int) -> np.ndarray:
     """Pool slots of positions `start...start + count` of a row with block ids `table`."""
-    return [
-        table[p // block_size] * block_size + p % block_size for p in range(start, start + count)
-    ]
+    positions = np.arange(start, start + count)
+    first = start // block_size
+    blocks = np.asarray(table[first : (start + count - 1) // block_size + 1], np.int32)
+    return blocks[positions // block_size - first] * block_size + positions % block_size
 
 
 def prefill_row(table: list[int], start: int, count: int, block_size: int):
@@ -42,9 +43,9 @@ def prefill_metadata(kv, rows, starts, counts, width: int) -> list[PagedAttentio
     for g in range(len(kv.group_windows)):
         tables = [group_pages(kv, r, g) for r in rows]
         max_blocks = max(len(t) for t in tables)
-        slots = []
-        for table, start, n in zip(tables, starts, counts):
-            slots += slots_of(table, start, n, bs) + [0] * (width - n)
+        slots = np.zeros((len(rows), width), np.int32)  # padding writes the null block
+        for row, (table, start, n) in enumerate(zip(tables, starts, counts)):
+            slots[row, :n] = slots_of(table, start, n, bs)
         metas.append(PagedAttentionMetadata(
             block_tables=input_array([t + [0] * (max_blocks - len(t)) for t in tables]),
             context_lens=input_array([s + n for s, n in zip(starts, counts)]),
@@ -83,24 +84,24 @@ def mixed_metadata(kv, decode: list[PagedAttentionMetadata], lens, slots, prefil
     tokens)`: each chunk token a row of one token after the decode rows, at its own position
     and slot; `decode_rows` keeps the decode rows' own metadata. Also the chunk tokens' ids.
     `batch_chunks`: lay the chunks out for one attention call (`chunk_batch`)."""
-    ids, positions = [], []
+    ids, positions = [], [lens - 1]
     for r, n in prefill:
         start = r.num_computed_tokens - n
         ids += r.token_id_range(start, start + n)
-        positions += range(start, start + n)
-    offsets = input_array(np.concatenate([lens - 1, np.asarray(positions, np.int32)]))
+        positions.append(np.arange(start, start + n, dtype=np.int32))
+    offsets = input_array(np.concatenate(positions))
     metas = []
     for g, (meta, group_slots) in enumerate(zip(decode, slots)):
-        chunk_slots, rows, chunks = [], [], []
+        row_slots, rows, chunks = [group_slots], [], []
         for r, n in prefill:
             start, table = r.num_computed_tokens - n, group_pages(kv, r, g)
-            chunk_slots += slots_of(table, start, n, kv.block_size)
+            row_slots.append(slots_of(table, start, n, kv.block_size))
             rows.append(prefill_row(table, start, n, kv.block_size))
             chunks.append((start, n, table))
         metas.append(dataclasses.replace(
             meta,
             offsets=offsets,
-            slot_mapping=make_slot_mapping(np.concatenate([group_slots, chunk_slots])),
+            slot_mapping=make_slot_mapping(np.concatenate(row_slots)),
             prefill_rows=tuple(rows),
             decode_rows=meta,
             chunk_batch=chunk_batch(chunks) if batch_chunks else None,
