@@ -21,7 +21,7 @@ def slots_of(table: list[int], start: int, count: int, block_size: int) -> np.nd
     """Pool slots of positions `start...start + count` of a row with block ids `table`."""
     positions = np.arange(start, start + count)
     first = start // block_size
-    blocks = np.asarray(table[first : (start + count - 1) // block_size + 1], np.int32)
+    blocks = np.asarray(table[first : (start + count - 1) // block_size + 1], np.int64)
     return blocks[positions // block_size - first] * block_size + positions % block_size
 
 
