@@ -160,16 +160,30 @@ def _engine_figures(name: str, llm, before: tuple[float, float, int], batch: int
     return figures
 
 
-def _step_counters(llm) -> tuple[float, float, int]:
+# The parts of a decode step's host time that the engine counts (`EngineMetrics`).
+HOST_PARTS = ("build", "dispatch", "deliver")
+
+
+def _step_counters(llm) -> tuple:
     m = llm.engine.metrics
-    return m.decode_seconds_total, m.decode_wait_seconds_total, m.generation_tokens_total
+    parts = tuple(getattr(m, f"decode_{part}_seconds_total") for part in HOST_PARTS)
+    return m.decode_seconds_total, m.decode_wait_seconds_total, *parts, m.generation_tokens_total
 
 
-def _step_split(llm, before: tuple[float, float, int], batch: int) -> dict:
-    """Host and device-wait ms per decode step since `before` (`_step_counters`): a step
-    waits for the device only when its host work took less than the device's."""
-    total, wait, tokens = (a - b for a, b in zip(_step_counters(llm), before))
+def _step_split(llm, before: tuple, batch: int) -> dict:
+    """Host and device-wait ms per decode step since `before` (`_step_counters`), the host
+    part split into graph building, MLX's dispatch, token delivery and the rest: a step waits
+    for the device only when its host work took less than the device's."""
+    total, wait, *parts, tokens = (a - b for a, b in zip(_step_counters(llm), before))
     steps = tokens / batch
     host_ms, wait_ms = (total - wait) / steps * 1e3, wait / steps * 1e3
-    print(f"{'':16s} host {host_ms:.2f} ms/step, waiting for the device {wait_ms:.2f} ms/step")
-    return {"host_ms_per_step": host_ms, "wait_ms_per_step": wait_ms}
+    figures = {"host_ms_per_step": host_ms, "wait_ms_per_step": wait_ms}
+    figures |= {f"{part}_ms_per_step": t / steps * 1e3 for part, t in zip(HOST_PARTS, parts)}
+    figures["other_ms_per_step"] = host_ms - sum(t / steps * 1e3 for t in parts)
+    split = ", ".join(f"{part} {figures[f'{part}_ms_per_step']:.2f}"
+                      for part in (*HOST_PARTS, "other"))  # fmt: skip
+    print(
+        f"{'':16s} host {host_ms:.2f} ms/step ({split}), waiting for the device "
+        f"{wait_ms:.2f} ms/step"
+    )
+    return figures

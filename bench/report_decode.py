@@ -31,8 +31,13 @@ def decode_floor_tok_s(run: dict) -> float:
     return run["batch"] * COPY_BYTES_PER_S / (weights + kv)
 
 
+# The host split `bench decode` records where the engine counts it (`EngineMetrics`).
+HOST_SPLIT = ("build", "dispatch", "deliver", "other")
+
+
 def decode(*runs: dict) -> str:
     present = [k for k in DECODE_METHODS if all(k in r["methods"] for r in runs)]
+    split = all("build_ms_per_step" in r["methods"]["paged_kernel"] for r in runs)
     rows = []
     for run in runs:
         m = run["methods"]
@@ -41,10 +46,14 @@ def decode(*runs: dict) -> str:
         rows.append(
             [str(run["batch"]), *cells, f"{best['vs_batch_generator']:.2f}x",
              f"{best['host_ms_per_step']:.2f} / {best['wait_ms_per_step']:.2f}",
+             *([" / ".join(f"{best[f'{p}_ms_per_step']:.2f}" for p in HOST_SPLIT)] if split
+               else []),
              f"{best['decode_tok_s'] / decode_floor_tok_s(run):.0%}"]
         )  # fmt: skip
     header = ["batch", *(DECODE_METHODS[k] for k in present), "lean step vs BatchGenerator",
-              "host / wait ms per step", "of the bytes floor"]  # fmt: skip
+              "host / wait ms per step",
+              *(["host: build / dispatch / deliver / other ms"] if split else []),
+              "of the bytes floor"]  # fmt: skip
     run = runs[-1]
     return f"""## End-to-end decode throughput
 
@@ -54,7 +63,9 @@ prefix caching off. Decode tokens/s = batch × (new − 1) / (time for all new t
 one), so every method pays the same prefill; median of {run["repeats"]} after a warm-up run.
 "host" is the engine thread's time per decode step outside waiting for the device (building
 the step in Python and MLX's encoding of each node of its graph); "wait" is its time blocked on
-the device: near zero means the device waits for the host.
+the device: near zero means the device waits for the host. Where the run has them, the host
+time's parts as the engine counts them (`mlx_paged_decode_*_seconds_total`): building the
+step's graph, MLX's dispatch of it (`mx.async_eval`), delivering its tokens, and the rest.
 The bytes floor reads the weights and every row's KV once per step at 4.3 TB/s.
 
 ```bash

@@ -229,9 +229,10 @@ class Engine(EngineInbox, StepRecovery):
         if rows:
             tic = time.perf_counter()
             chunks = mixed.prefill if mixed is not None else []
-            self._deliver(self.runner.decode(rows, chunks) if chunks else self.runner.decode(rows))
-            self.metrics.decode_seconds_total += time.perf_counter() - tic
-            self.metrics.decode_wait_seconds_total = self.runner.device_wait_seconds
+            outputs = self.runner.decode(rows, chunks) if chunks else self.runner.decode(rows)
+            delivering = time.perf_counter()
+            self._deliver(outputs)
+            self.metrics.count_decode_step(self.runner, tic, delivering, time.perf_counter())
             self.metrics.prompt_tokens_total += sum(n for _, n in chunks)
         plan = self.scheduler.schedule_prompts(len(rows)) if mixed is None else PromptSchedule()
         self._run_prompts(plan)

@@ -16,12 +16,26 @@ class EngineMetrics:
     preemptions_total: int = 0
     prefix_cache_hit_tokens_total: int = 0
     decode_seconds_total: float = 0.0
+    # Parts of decode_seconds_total: waiting for the device, building the step's graph, MLX's
+    # dispatch of it, delivering its tokens (the runner counts the first three).
     decode_wait_seconds_total: float = 0.0
+    decode_build_seconds_total: float = 0.0
+    decode_dispatch_seconds_total: float = 0.0
+    decode_deliver_seconds_total: float = 0.0
     prefill_seconds_total: float = 0.0
     finished: dict[str, int] = field(default_factory=dict)
 
     def count_finish(self, reason: str) -> None:
         self.finished[reason] = self.finished.get(reason, 0) + 1
+
+    def count_decode_step(self, runner, start: float, delivering: float, end: float) -> None:
+        """A decode step that ran from `start` to `end` and delivered its tokens from
+        `delivering`; the runner's own counters give the rest of the split."""
+        self.decode_seconds_total += end - start
+        self.decode_deliver_seconds_total += end - delivering
+        self.decode_wait_seconds_total = runner.device_wait_seconds
+        self.decode_build_seconds_total = runner.build_seconds
+        self.decode_dispatch_seconds_total = runner.dispatch_seconds
 
 
 class _Exposition:
@@ -47,9 +61,17 @@ def render_prometheus(engine) -> str:
     m = engine.metrics
     out.add("mlx_paged_decode_seconds_total", "counter", "Time in decode steps.",
             round(m.decode_seconds_total, 6))  # fmt: skip
-    out.add("mlx_paged_decode_wait_seconds_total", "counter",
-            "Time decode steps waited for the device; the rest of the decode time is host work.",
-            round(m.decode_wait_seconds_total, 6))  # fmt: skip
+    for name, help_text, value in (
+        ("wait", "Time decode steps waited for the device; the rest of the decode time is host "
+         "work.", m.decode_wait_seconds_total),
+        ("build", "Time decode steps spent building their graph: inputs, forward, sampling.",
+         m.decode_build_seconds_total),
+        ("dispatch", "Time in MLX's dispatch of decode steps (mx.async_eval): host work that "
+         "launches their kernels.", m.decode_dispatch_seconds_total),
+        ("deliver", "Time decode steps spent delivering tokens: stop checks and handing them to "
+         "the front.", m.decode_deliver_seconds_total),
+    ):  # fmt: skip
+        out.add(f"mlx_paged_decode_{name}_seconds_total", "counter", help_text, round(value, 6))
     out.add("mlx_paged_prefill_seconds_total", "counter", "Time in prompt steps.",
             round(m.prefill_seconds_total, 6))  # fmt: skip
     if getattr(engine.runner, "proposer", None) is not None:

@@ -62,6 +62,10 @@ class LookaheadDecoder:
 
     # Seconds decode steps waited for the device to finish the previous step's samples.
     device_wait_seconds: float = 0.0
+    # Seconds pipelined decode steps spent building their graph (inputs, forward, sampling;
+    # with grammars, the masks too) and in MLX's dispatch of it (`mx.async_eval`).
+    build_seconds: float = 0.0
+    dispatch_seconds: float = 0.0
     # Masks of the rows with a grammar (structured output); the engine sets it.
     grammars: GrammarMatchers | None = None
 
@@ -81,6 +85,7 @@ class LookaheadDecoder:
         if [r.request_id for r in rows] != [r.request_id for r in self.decode_rows]:
             raise RuntimeError("decode rows differ from the runner's batch order")
         inputs, current_logprobs = self.next_tokens, self.next_logprobs
+        tic, waited = time.perf_counter(), self.device_wait_seconds
         logits = forward(inputs)
         # Rows waiting for their grammar to start count too: a fed token may start it.
         constrained = any(r.runtime.matcher is not None for r in rows)
@@ -92,7 +97,10 @@ class LookaheadDecoder:
         tokens, logprobs, contexts = sample(logits, inputs, [r.runtime.sampling for r in rows])
         self.next_tokens, self.next_logprobs = tokens, _rows_asking(rows, logprobs)
         writes = pending_writes() if pending_writes else ()
+        built = time.perf_counter()
         mx.async_eval(tokens, _present(self.next_logprobs), contexts, writes)
+        self.dispatch_seconds += time.perf_counter() - built
+        self.build_seconds += built - tic - (self.device_wait_seconds - waited)
         if not constrained:
             outputs = self._fed_outputs(rows, inputs, current_logprobs)
         return outputs
