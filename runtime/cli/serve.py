@@ -8,7 +8,7 @@ import os
 
 from mlx_paged.cli.serve_args import API_KEY_ENV
 from mlx_paged.engine.config import EngineConfig
-from mlx_paged.process import exit_now
+from mlx_paged.process import exit_now, freeze_startup_objects
 
 logger = logging.getLogger("mlx_paged")
 
@@ -77,6 +77,7 @@ def serve(args: argparse.Namespace) -> int:
         engine.shutdown(timeout=5)
         return 1
     _announce(model_id, *server.server_address[:2], engine.config.kv_paged)
+    freeze_startup_objects()
     serve_until_signal(server, state, args.shutdown_grace)
     exit_now(0)
     return 0  # not reached

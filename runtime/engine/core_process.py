@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 
 from mlx_paged.engine.config import EngineConfig
-from mlx_paged.process import LOG_FORMAT, exit_now
+from mlx_paged.process import LOG_FORMAT, exit_now, freeze_startup_objects
 
 logger = logging.getLogger("mlx_paged.engine")
 
@@ -55,6 +55,7 @@ def run_engine_process(conn, spec: EngineProcessSpec) -> None:
     engine = _load_engine(spec, send)
     send.on_broken = lambda: engine.shutdown(timeout=0)
     engine.warm_up()  # on this thread, which runs the step loop
+    freeze_startup_objects()
     send(("ready", engine.limits))
     threading.Thread(
         target=_receive, args=(conn, engine, send), name="mlx-paged-engine-inbox", daemon=True

@@ -213,6 +213,12 @@ def test_metrics_names(server):
     assert m['mlx_paged_attention_calls_total{path="kernel",phase="decode"}'] == 0
 
 
+def test_both_processes_keep_startup_objects_out_of_gc_passes(server):
+    # The front and the engine process each freeze what startup made, once serving starts.
+    frozen = re.findall(r"(\d+) startup objects kept out of garbage collection", server.log())
+    assert len(frozen) >= 2 and all(int(n) > 10_000 for n in frozen)
+
+
 def test_request_logs_do_not_carry_headers(server):
     assert re.search(r"POST /v1/chat/completions HTTP/1.1\" 200", server.log())
     assert "Authorization" not in server.log()
