@@ -151,7 +151,7 @@ def _engines(model: str, prompts: list, args) -> tuple[dict, object]:
     return llms, load(model)[0]
 
 
-def _engine_figures(name: str, llm, before: tuple[float, float, int], batch: int) -> dict:
+def _engine_figures(name: str, llm, before: tuple, batch: int) -> dict:
     """Host and wait ms per step (`_step_split`) and, on the paged paths, attention calls."""
     figures = _step_split(llm, before, batch)
     if name.startswith("paged"):
