@@ -178,8 +178,8 @@ def _step_split(llm, before: tuple, batch: int) -> dict:
     steps = tokens / batch
     host_ms, wait_ms = (total - wait) / steps * 1e3, wait / steps * 1e3
     figures = {"host_ms_per_step": host_ms, "wait_ms_per_step": wait_ms}
-    figures |= {f"{part}_ms_per_step": t / steps * 1e3 for part, t in zip(HOST_PARTS, parts)}
-    figures["other_ms_per_step"] = host_ms - sum(t / steps * 1e3 for t in parts)
+    parts_ms = {f"{part}_ms_per_step": t / steps * 1e3 for part, t in zip(HOST_PARTS, parts)}
+    figures |= parts_ms | {"other_ms_per_step": host_ms - sum(parts_ms.values())}
     split = ", ".join(f"{part} {figures[f'{part}_ms_per_step']:.2f}"
                       for part in (*HOST_PARTS, "other"))  # fmt: skip
     print(

@@ -66,12 +66,9 @@ class BlockTable:
         widest, scale, num_pages = 0, self.page_scale, self.num_pages
         for row, blocks in enumerate(self._blocks):
             have, now = num_pages[row], len(blocks) * scale
-            if now == have:  # most rows, most steps
-                widest = max(widest, now)
-                continue
             if now < have:
                 self.table[row, now:have] = 0
-            else:
+            elif now > have:
                 if now > self.table.shape[1]:
                     self._grow(blocks=2 * now)
                 ids = [b.block_id for b in blocks[have // scale :]]
