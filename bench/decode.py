@@ -25,6 +25,7 @@ import numpy as np
 from mlx_paged.progress import Progress, progress
 
 from .output import device_name, write_result
+from .report_decode import HOST_PARTS, HOST_SPLIT
 from .throughput import run_batch_generator
 
 
@@ -160,10 +161,6 @@ def _engine_figures(name: str, llm, before: tuple, batch: int) -> dict:
     return figures
 
 
-# The parts of a decode step's host time that the engine counts (`EngineMetrics`).
-HOST_PARTS = ("build", "dispatch", "deliver")
-
-
 def _step_counters(llm) -> tuple:
     m = llm.engine.metrics
     parts = tuple(getattr(m, f"decode_{part}_seconds_total") for part in HOST_PARTS)
@@ -181,7 +178,7 @@ def _step_split(llm, before: tuple, batch: int) -> dict:
     parts_ms = {f"{part}_ms_per_step": t / steps * 1e3 for part, t in zip(HOST_PARTS, parts)}
     figures |= parts_ms | {"other_ms_per_step": host_ms - sum(parts_ms.values())}
     split = ", ".join(f"{part} {figures[f'{part}_ms_per_step']:.2f}"
-                      for part in (*HOST_PARTS, "other"))  # fmt: skip
+                      for part in HOST_SPLIT)  # fmt: skip
     print(
         f"{'':16s} host {host_ms:.2f} ms/step ({split}), waiting for the device "
         f"{wait_ms:.2f} ms/step"
