@@ -22,7 +22,7 @@ README = ROOT / "README.md"
 FIGURE = re.compile(r"<!-- fig:(\w+) -->.*?<!-- /fig -->", re.DOTALL)
 HEADLINE_FILES = (
     "h200-kernels-chained.json",
-    "h200-decode-llama1b-b64.json",
+    "h100-decode-llama1b-b64.json",
     "cpu-memory-density.json",
     "cpu-prefix-cache-smollm2.json",
     "cpu-throughput-smollm2.json",
