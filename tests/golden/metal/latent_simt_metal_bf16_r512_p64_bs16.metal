@@ -27,6 +27,7 @@ constexpr int PARTITION = 512;
 constexpr int HEADS = 16;  // query heads a threadgroup
 constexpr int TOKENS = 16;  // tokens a tile
 constexpr int ROW = KDIM + 8;  // a staged row, padded against bank conflicts
+constexpr int VEC = 16 / int(sizeof(T));  // elements a 16-byte load stages
 const float la_fmin = Limits<float>::finite_min;
 
 const int la_tid = thread_index_in_threadgroup;
@@ -64,8 +65,8 @@ for (int tok0 = la_begin; tok0 < la_end; tok0 += TOKENS) {
   {
     const int64_t block = la_table[tok0 / BLOCK_SIZE];
     const int first = tok0 % BLOCK_SIZE;
-    for (int v = la_tid; v < TOKENS * (KDIM / 8); v += threads_per_threadgroup.x) {
-      const int r = v / (KDIM / 8), c = (v % (KDIM / 8)) * 8;
+    for (int v = la_tid; v < TOKENS * (KDIM / VEC); v += threads_per_threadgroup.x) {
+      const int r = v / (KDIM / VEC), c = (v % (KDIM / VEC)) * VEC;
       uint4 x;
       x.x = x.y = x.z = x.w = 0u;
       if (tok0 + r < la_end) {
