@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .report_agents import SPECULATIVE_RUN, STRUCTURED_RUN, speculative, structured
 from .report_decode import DECODE_RUNS, HYBRID_DECODE_RUN, decode, hybrid_decode
 from .report_kv import kv_quality
 from .report_memory import (
@@ -207,6 +208,8 @@ SECTIONS = (
     Section((PREFILL_RUN,), prefill),
     Section((SERVE_RUN,), serve),
     Section((CPU_SERVE_RUN,), cpu_serve),
+    Section((STRUCTURED_RUN,), structured),
+    Section((SPECULATIVE_RUN,), speculative),
     Section(("cpu-memory-density.json",), memory),
     Section(("cpu-memory-density-qwen3_5.json",), hybrid_memory),
     Section(("cpu-memory-density-gemma3.json",), window_memory),
