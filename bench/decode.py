@@ -99,7 +99,7 @@ def _timed_methods(model: str, prompts: list, args) -> dict:
         for name, entry in methods.items():
             _print_method(name, entry)
             if name in llms:
-                entry.update(_engine_figures(name, llms[name], before[name], args.batch))
+                entry.update(_engine_figures(name, llms[name], before[name]))
         return methods
     finally:
         for llm in llms.values():
@@ -152,9 +152,9 @@ def _engines(model: str, prompts: list, args) -> tuple[dict, object]:
     return llms, load(model)[0]
 
 
-def _engine_figures(name: str, llm, before: tuple, batch: int) -> dict:
+def _engine_figures(name: str, llm, before: tuple) -> dict:
     """Host and wait ms per step (`_step_split`) and, on the paged paths, attention calls."""
-    figures = _step_split(llm, before, batch)
+    figures = _step_split(llm, before)
     if name.startswith("paged"):
         calls = llm.engine.runner.pool.attention_calls
         figures["attention_calls"] = {f"{p}/{ph}": n for (p, ph), n in calls.items()}
@@ -164,15 +164,15 @@ def _engine_figures(name: str, llm, before: tuple, batch: int) -> dict:
 def _step_counters(llm) -> tuple:
     m = llm.engine.metrics
     parts = tuple(getattr(m, f"decode_{part}_seconds_total") for part in HOST_PARTS)
-    return m.decode_seconds_total, m.decode_wait_seconds_total, *parts, m.generation_tokens_total
+    return m.decode_seconds_total, m.decode_wait_seconds_total, *parts, m.decode_steps_total
 
 
-def _step_split(llm, before: tuple, batch: int) -> dict:
+def _step_split(llm, before: tuple) -> dict:
     """Host and device-wait ms per decode step since `before` (`_step_counters`), the host
     part split into graph building, MLX's dispatch, token delivery and the rest: a step waits
-    for the device only when its host work took less than the device's."""
-    total, wait, *parts, tokens = (a - b for a, b in zip(_step_counters(llm), before))
-    steps = tokens / batch
+    for the device only when its host work took less than the device's. Steps that carried
+    prompt chunks (while a batch's prompts enter) are not in it."""
+    total, wait, *parts, steps = (a - b for a, b in zip(_step_counters(llm), before))
     host_ms, wait_ms = (total - wait) / steps * 1e3, wait / steps * 1e3
     figures = {"host_ms_per_step": host_ms, "wait_ms_per_step": wait_ms}
     parts_ms = {f"{part}_ms_per_step": t / steps * 1e3 for part, t in zip(HOST_PARTS, parts)}

@@ -232,7 +232,9 @@ class Engine(EngineInbox, StepRecovery):
             outputs = self.runner.decode(rows, chunks) if chunks else self.runner.decode(rows)
             delivering = time.perf_counter()
             self._deliver(outputs)
-            self.metrics.count_decode_step(self.runner, tic, delivering, time.perf_counter())
+            self.metrics.count_decode_step(
+                self.runner, tic, delivering, time.perf_counter(), mixed=bool(chunks)
+            )
             self.metrics.prompt_tokens_total += sum(n for _, n in chunks)
         plan = self.scheduler.schedule_prompts(len(rows)) if mixed is None else PromptSchedule()
         self._run_prompts(plan)

@@ -15,6 +15,8 @@ class EngineMetrics:
     generation_tokens_total: int = 0
     preemptions_total: int = 0
     prefix_cache_hit_tokens_total: int = 0
+    # Decode steps that ran no prompt chunk, and their time.
+    decode_steps_total: int = 0
     decode_seconds_total: float = 0.0
     # Parts of decode_seconds_total: waiting for the device, building the step's graph, MLX's
     # dispatch of it, delivering its tokens (the runner counts the first three).
@@ -22,20 +24,36 @@ class EngineMetrics:
     decode_build_seconds_total: float = 0.0
     decode_dispatch_seconds_total: float = 0.0
     decode_deliver_seconds_total: float = 0.0
+    # Decode steps that also ran prompt chunks (`--kv-paged` mixed steps), and their time.
+    mixed_steps_total: int = 0
+    mixed_step_seconds_total: float = 0.0
     prefill_seconds_total: float = 0.0
     finished: dict[str, int] = field(default_factory=dict)
+    # The runner's cumulative wait, build and dispatch seconds at the last step counted.
+    _runner_seen: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def count_finish(self, reason: str) -> None:
         self.finished[reason] = self.finished.get(reason, 0) + 1
 
-    def count_decode_step(self, runner, start: float, delivering: float, end: float) -> None:
+    def count_decode_step(
+        self, runner, start: float, delivering: float, end: float, mixed: bool = False
+    ) -> None:
         """A decode step that ran from `start` to `end` and delivered its tokens from
-        `delivering`; the runner's own counters give the rest of the split."""
+        `delivering`; the runner's own counters give the rest of the split. A `mixed` step
+        (prompt chunks rode in its forward) counts apart, so the split is decode work alone."""
+        seen = (runner.device_wait_seconds, runner.build_seconds, runner.dispatch_seconds)
+        wait, build, dispatch = (now - before for now, before in zip(seen, self._runner_seen))
+        self._runner_seen = seen
+        if mixed:
+            self.mixed_steps_total += 1
+            self.mixed_step_seconds_total += end - start
+            return
+        self.decode_steps_total += 1
         self.decode_seconds_total += end - start
         self.decode_deliver_seconds_total += end - delivering
-        self.decode_wait_seconds_total = runner.device_wait_seconds
-        self.decode_build_seconds_total = runner.build_seconds
-        self.decode_dispatch_seconds_total = runner.dispatch_seconds
+        self.decode_wait_seconds_total += wait
+        self.decode_build_seconds_total += build
+        self.decode_dispatch_seconds_total += dispatch
 
 
 class _Exposition:
@@ -59,8 +77,16 @@ def render_prometheus(engine) -> str:
     if engine.kv is not None:
         _kv_metrics(out, engine)
     m = engine.metrics
-    out.add("mlx_paged_decode_seconds_total", "counter", "Time in decode steps.",
+    out.add("mlx_paged_decode_steps_total", "counter", "Decode steps that ran no prompt chunk.",
+            m.decode_steps_total)  # fmt: skip
+    out.add("mlx_paged_decode_seconds_total", "counter",
+            "Time in decode steps that ran no prompt chunk.",
             round(m.decode_seconds_total, 6))  # fmt: skip
+    out.add("mlx_paged_mixed_steps_total", "counter",
+            "Decode steps that also ran prompt chunks.", m.mixed_steps_total)  # fmt: skip
+    out.add("mlx_paged_mixed_step_seconds_total", "counter",
+            "Time in decode steps that also ran prompt chunks.",
+            round(m.mixed_step_seconds_total, 6))  # fmt: skip
     for name, help_text, value in (
         ("wait", "Time decode steps waited for the device; the rest of the decode time is host "
          "work.", m.decode_wait_seconds_total),

@@ -38,16 +38,16 @@ def test_host_time_splits_into_the_engine_s_parts_per_step():
     from mlx_paged.bench.decode import _step_counters, _step_split
 
     names = ("", "_wait", "_build", "_dispatch", "_deliver")
-    metrics = SimpleNamespace(generation_tokens_total=0,
+    metrics = SimpleNamespace(decode_steps_total=0,
                               **{f"decode{n}_seconds_total": 0.0 for n in names})  # fmt: skip
     llm = SimpleNamespace(engine=SimpleNamespace(metrics=metrics))
     before = _step_counters(llm)
-    # 10 steps of 4 rows: 0.05 s of decode, 0.01 waiting, 0.015 building, 0.02 dispatching,
+    # 10 steps: 0.05 s of decode, 0.01 waiting, 0.015 building, 0.02 dispatching,
     # 0.004 delivering, so 0.001 s of other host work.
     metrics.decode_seconds_total, metrics.decode_wait_seconds_total = 0.05, 0.01
     metrics.decode_build_seconds_total, metrics.decode_dispatch_seconds_total = 0.015, 0.02
-    metrics.decode_deliver_seconds_total, metrics.generation_tokens_total = 0.004, 40
-    figures = _step_split(llm, before, batch=4)
+    metrics.decode_deliver_seconds_total, metrics.decode_steps_total = 0.004, 10
+    figures = _step_split(llm, before)
     assert figures == pytest.approx({
         "host_ms_per_step": 4.0, "wait_ms_per_step": 1.0, "build_ms_per_step": 1.5,
         "dispatch_ms_per_step": 2.0, "deliver_ms_per_step": 0.4, "other_ms_per_step": 0.1,
