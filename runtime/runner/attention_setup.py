@@ -49,7 +49,7 @@ def select_decode_kernel(
             )
         if layout.latent:
             _check_latent_kernel(backend, layout, block_size, bits)
-            if mode != "kernel":  # opt-in until the H200 run of tests/gpu checks them
+            if mode != "kernel":  # opt-in until bench kernels times them against the reference
                 logger.info("latent attention decodes on the reference path; "
                             "--paged-attention kernel runs the MLA decode kernels")  # fmt: skip
                 return None
