@@ -5,7 +5,6 @@ device work: a vectorized search over the request's token ids on the CPU."""
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 
 class NgramProposer:
@@ -33,11 +32,18 @@ class NgramProposer:
         if limit < 1:
             return []
         tokens = self._sequence(request, tail)
+        # Where an earlier token equals the last one, a match ends there; grow each candidate's
+        # match backwards, then the longest one (the most recent among equals) drafts.
+        ends = np.flatnonzero(tokens[:-1] == tokens[-1])
+        lengths = np.ones(len(ends), np.int64)
+        for k in range(1, min(self.max_ngram, len(tokens) - 1)):
+            grown = (lengths == k) & (ends >= k)
+            grown[grown] = tokens[ends[grown] - k] == tokens[-1 - k]
+            lengths += grown
         for n in range(min(self.max_ngram, len(tokens) - 1), self.min_ngram - 1, -1):
-            windows = sliding_window_view(tokens[:-1], n)  # every n-gram that has a successor
-            starts = np.flatnonzero((windows == tokens[-n:]).all(axis=1))
-            if len(starts):
-                follow = starts[-1] + n  # the most recent earlier occurrence
+            found = ends[lengths >= n]
+            if len(found):
+                follow = found[-1] + 1  # after the most recent earlier occurrence
                 return tokens[follow : follow + limit].tolist()
         return []
 

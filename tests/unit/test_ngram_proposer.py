@@ -59,3 +59,26 @@ def test_bad_settings_are_refused():
         NgramProposer(0)
     with pytest.raises(ValueError):
         NgramProposer(2, max_ngram=1, min_ngram=2)
+
+
+def _brute_force(tokens: list[int], limit: int, max_ngram: int, min_ngram: int) -> list[int]:
+    """The definition: for the longest suffix of n tokens (max_ngram down to min_ngram) that
+    appeared earlier with a token after it, the tokens after its most recent occurrence."""
+    for n in range(min(max_ngram, len(tokens) - 1), min_ngram - 1, -1):
+        starts = [s for s in range(len(tokens) - n) if tokens[s : s + n] == tokens[-n:]]
+        if starts:
+            return tokens[starts[-1] + n : starts[-1] + n + limit]
+    return []
+
+
+def test_drafts_equal_the_brute_force_definition_on_random_sequences():
+    import random
+
+    rng = random.Random(0)
+    for case in range(400):
+        tokens = [rng.randrange(1, 2 + case % 7) for _ in range(rng.randrange(1, 60))]
+        max_ngram = rng.randrange(1, 6)
+        min_ngram = rng.randrange(1, max_ngram + 1)
+        proposer = NgramProposer(5, max_ngram=max_ngram, min_ngram=min_ngram)
+        got = proposer.propose(_request(tokens), [], limit=5)
+        assert got == _brute_force(tokens, 5, max_ngram, min_ngram), (tokens, max_ngram, min_ngram)
