@@ -24,7 +24,7 @@ class EngineMetrics:
     decode_build_seconds_total: float = 0.0
     decode_dispatch_seconds_total: float = 0.0
     decode_deliver_seconds_total: float = 0.0
-    # Decode steps that also ran prompt chunks (`--kv-paged` mixed steps), and their time.
+    # Decode steps that also ran prompt chunks (the paged path's mixed steps), and their time.
     mixed_steps_total: int = 0
     mixed_step_seconds_total: float = 0.0
     prefill_seconds_total: float = 0.0
