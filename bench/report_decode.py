@@ -67,6 +67,8 @@ def decode(*runs: dict) -> str:
               *(["host: build / dispatch / deliver / other ms"] if split else []),
               *(["of the bytes floor"] if floor else [])]  # fmt: skip
     run = runs[-1]
+    repeats = " / ".join(str(r["repeats"]) for r in runs)
+    batches = " / ".join(str(r["batch"]) for r in runs)
     floor_note = (
         " The bytes floor reads the weights and every row's KV once per step at copy speed."
         if floor
@@ -77,8 +79,8 @@ def decode(*runs: dict) -> str:
 What: decode tokens/s of the whole engine on a {run["model"]}, prompts of
 {run["prompt_tokens"]} random tokens, {run["new_tokens"]} new tokens each (EOS ignored),
 prefix caching off. Decode tokens/s = batch × (new − 1) / (time for all new tokens − time for
-one), so every method pays the same prefill; median of the rounds after a warm-up run (3 at
-batch 1 and 8, 1 at 64). "host" is the engine thread's time per decode step outside waiting
+one), so every method pays the same prefill; median of {repeats} rounds (batch {batches})
+after a warm-up run. "host" is the engine thread's time per decode step outside waiting
 for the device (building the step in Python and MLX's encoding of each node of its graph);
 "wait" is its time blocked on the device: near zero means the device waits for the host. The
 host time's parts as the engine counts them (`mlx_paged_decode_*_seconds_total`): building
@@ -86,8 +88,8 @@ the step's graph, MLX's dispatch of it (`mx.async_eval`), delivering its tokens,
 rest, for the default step.{floor_note}
 
 ```bash
-mlx-paged bench decode --batch B --repeats 3 --methods paged_kernel \\
-    paged_kernel_lean_fused paged_kernel_mlx_lm_forward    # --repeats 1 at batch 64
+mlx-paged bench decode --batch B --repeats R --methods paged_kernel \\
+    paged_kernel_lean_fused paged_kernel_mlx_lm_forward
 ```
 
 Results: {", ".join(f"`bench/results/{name}`" for name in DECODE_RUNS)} ({run["device"]},
