@@ -10,6 +10,7 @@ SPECULATIVE_RUN = "h100-speculative-smollm2.json"
 
 
 def structured(run: dict) -> str:
+    """The structured-output section: each round's two arms and the medians."""
     w = run["workload"]
     rows = []
     for i, r in enumerate(run["rounds"]):
@@ -20,6 +21,8 @@ def structured(run: dict) -> str:
                      str(free["errors"] + schema["errors"])])  # fmt: skip
     rows.append(["median", f"{run['free_tok_s']:,.0f}", f"{run['json_schema_tok_s']:,.0f}",
                  f"{run['ratio']:.2f}x", "", ""])  # fmt: skip
+    header = ["round", "free tok/s", "json_schema tok/s", "constrained / free",
+              "schema outputs that stopped and parse", "errors"]  # fmt: skip
     return f"""## Structured output under load
 
 What: output tokens/s of `mlx-paged serve` on a {run["model"]} with a JSON schema
@@ -35,23 +38,12 @@ mlx-paged bench structured --random-llama --rounds {w["rounds"]}
 
 Results: `bench/results/{STRUCTURED_RUN}` ({run["device"]}, MLX {run["mlx"]}).
 
-{
-        _table(
-            [
-                "round",
-                "free tok/s",
-                "json_schema tok/s",
-                "constrained / free",
-                "schema outputs that stopped and parse",
-                "errors",
-            ],
-            rows,
-        )
-    }
+{_table(header, rows)}
 """
 
 
 def speculative(run: dict) -> str:
+    """The speculative-decoding section: one row per workload, concurrency and drafter."""
     w = run["workload"]
     kinds = [k for k in ("ngram", "draft") if all(k in r for r in run["rows"])]
     rows = []
