@@ -74,8 +74,13 @@ class LatentSpec:
     def tensor_cores(self) -> bool:
         return self.kernel == "mma"
 
+    @property
+    def stages(self) -> int:
+        """Tiles in shared memory: with tensor cores a ring of two (the next tile copies by
+        cp.async under this one's math; three timed slower on the H100), else one."""
+        return 2 if self.tensor_cores else 1
+
     quantized = False
-    stages = 1
     sliding_window = False
     chunked = False
     partition_size = PARTITION
@@ -94,13 +99,14 @@ def define(spec: LatentSpec) -> KernelDefinition:
     header = render_macro(TEMPLATES, "_dialect.jinja", "cuda_header", spec)
     if spec.kernel == "reduce":
         names = (("partial_out", "partial_max", "partial_sum", "seq_lens"), ("out",))
-        template, threads, shared = "paged_attention_reduce.jinja", 32, 0
+        template, threads, shared, ring = "paged_attention_reduce.jinja", 32, 0, 0
     else:
         inputs = ("queries", "latent_pages", "rope_pages", "block_tables", "seq_lens", "scale")
         names = (inputs, ("partial_out", "partial_max", "partial_sum"))
         template, threads = "latent_attention.jinja", THREADS
-        shared = 16 * (spec.latent_dim + spec.rope_dim + 8) * getattr(mx, spec.dtype).size
-        shared += 4 * 16 * 16 * 4 if spec.tensor_cores else 0
+        tile = 16 * (spec.latent_dim + spec.rope_dim + 8) * getattr(mx, spec.dtype).size
+        # Tensor cores: a ring of tiles (dynamic) and the four warps' scores (static).
+        shared, ring = (4 * 16 * 16 * 4, spec.stages * tile) if spec.tensor_cores else (tile, 0)
     return check_definition(
         KernelDefinition(
             name=spec.name,
@@ -112,6 +118,7 @@ def define(spec: LatentSpec) -> KernelDefinition:
             output_names=names[1],
             threads_per_threadgroup=threads,
             threadgroup_bytes=shared,
+            ring_bytes=ring,
         )
     )
 

@@ -49,9 +49,10 @@ def select_decode_kernel(
             )
         if layout.latent:
             _check_latent_kernel(backend, layout, block_size, bits)
-            if mode != "kernel":  # opt-in until bench kernels times them against the reference
+            if mode != "kernel" and not _latent_tensor_cores(backend, layout):
+                # The SIMT form times about even with the reference (bench kernels, H100).
                 logger.info("latent attention decodes on the reference path; "
-                            "--paged-attention kernel runs the MLA decode kernels")  # fmt: skip
+                            "--paged-attention kernel runs the SIMT MLA decode kernel")  # fmt: skip
                 return None
             return backend
         for shape in layout.by_shape():  # layers of another K/V shape need their own kernels
@@ -82,6 +83,14 @@ def _check_kernel_shape(
         routed_specs(backend, layout.dtype, layout.head_dim, block_size, gqa, sliding,
                      bits=bits, value_dim=layout.value_dim, chunked=chunked,
                      softcap=rules.softcap)  # fmt: skip
+
+
+def _latent_tensor_cores(backend: str, layout: KVLayout) -> bool:
+    """Whether these latent pages decode on the tensor-core MLA kernel (CUDA, 16-bit)."""
+    from mlx_paged.kernels.latent_attention import pass_one_kernel
+    from mlx_paged.kernels.paged_attention_routing import dtype_name
+
+    return pass_one_kernel(backend, dtype_name(layout.dtype)) == "mma"
 
 
 def _check_latent_kernel(backend: str, layout: KVLayout, block_size: int, bits) -> None:

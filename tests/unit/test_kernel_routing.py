@@ -146,3 +146,27 @@ def test_quantized_pages_route_to_the_ring_as_16_bit_pages_do_but_never_the_regi
     specs = routed_specs("metal", BF16, 128, 16, 4, False, bits=(8, 4, 32))
     assert [s.kernel for s in specs] == ["decode_simt", "decode_simt_splitk", "decode_reduce"]
     assert [(s.k_bits, s.v_bits, s.group_size) for s in specs] == [(8, 4, 32)] * 2 + [(16, 16, 0)]
+
+
+@pytest.mark.parametrize(
+    ("backend", "dtype", "auto", "forced"),
+    [
+        ("cuda", BF16, "cuda", "cuda"),  # the tensor-core form, timed against the reference
+        ("cuda", mx.float32, None, "cuda"),  # the SIMT form only when asked for
+        ("metal", BF16, None, "metal"),
+    ],
+)
+def test_latent_decode_takes_the_tensor_core_kernel_under_auto(
+    monkeypatch, backend, dtype, auto, forced
+):
+    from mlx_paged.kernels import paged_attention
+    from mlx_paged.kv.kv_layout import KVLayout
+    from mlx_paged.runner.attention_setup import select_decode_kernel
+
+    monkeypatch.setattr(paged_attention, "current_backend", lambda: backend)
+    layout = KVLayout(num_layers=2, num_kv_heads=1, head_dim=512, dtype=dtype, num_heads=16,
+                      query_dtype=dtype, sliding_window=False, value_head_dim=64,
+                      latent=True)  # fmt: skip
+    assert select_decode_kernel(layout, 16, "auto") == auto
+    assert select_decode_kernel(layout, 16, "kernel") == forced
+    assert select_decode_kernel(layout, 16, "reference") is None

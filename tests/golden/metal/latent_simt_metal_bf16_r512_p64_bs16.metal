@@ -45,8 +45,8 @@ const int la_end = min(la_len, la_begin + PARTITION);
 const int la_head0 = threadgroup_position_in_grid.x * HEADS;
 const float la_scale = scale[0] * 1.4426950408889634f;  // scores in base 2
 const device int* la_table = block_tables + la_seq * block_tables_strides[0];
-threadgroup T la_kv[TOKENS * ROW];
 
+threadgroup T la_kv[TOKENS * ROW];
 constexpr int SPLIT = 8;  // threads a head: consecutive lanes, reduced by shuffles
 constexpr int QDIMS = KDIM / SPLIT;  // query dims a thread
 constexpr int ODIMS = LATENT / SPLIT;  // output dims a thread
