@@ -47,9 +47,12 @@ class LatentSpec:
         if self.block_size % 16:
             problems.append(f"block size {self.block_size} (a multiple of 16)")
         if self.tensor_cores and (
-            self.backend != "cuda" or self.dtype == "float32" or self.latent_dim % 64
+            self.backend != "cuda"
+            or self.dtype == "float32"
+            or self.latent_dim % 64
+            or self.rope_dim % 16  # the score dims go 16 an mma step
         ):
-            problems.append("tensor cores (CUDA, 16-bit, latent a multiple of 64)")
+            problems.append("tensor cores (CUDA, 16-bit, latent and RoPE multiples of 64 and 16)")
         if problems:
             raise UnsupportedSpecError(f"no latent-attention kernel for {', '.join(problems)}")
 

@@ -170,3 +170,13 @@ def test_latent_decode_takes_the_tensor_core_kernel_under_auto(
     assert select_decode_kernel(layout, 16, "auto") == auto
     assert select_decode_kernel(layout, 16, "kernel") == forced
     assert select_decode_kernel(layout, 16, "reference") is None
+
+
+def test_the_tensor_core_latent_kernel_refuses_score_dims_it_would_drop():
+    from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
+    from mlx_paged.kernels.latent_attention import LatentSpec
+
+    LatentSpec("mma", "cuda", "bfloat16", 512, 64, 16)
+    LatentSpec("simt", "cuda", "bfloat16", 512, 40, 16)  # SIMT splits any multiple of 8
+    with pytest.raises(UnsupportedSpecError, match="RoPE"):
+        LatentSpec("mma", "cuda", "bfloat16", 512, 40, 16)  # 552 score dims: 34.5 mma steps
