@@ -48,8 +48,8 @@ def select_decode_kernel(
                 f"decode kernels need a Metal or CUDA GPU"
             )
         if layout.latent:
-            _check_latent_kernel(backend, layout, block_size, bits)
-            if mode != "kernel" and not _latent_tensor_cores(backend, layout):
+            spec = _latent_kernel_spec(backend, layout, block_size, bits)
+            if mode != "kernel" and not spec.tensor_cores:
                 # The SIMT form: 1.0-1.7x the reference on the H100 (bench kernels), unrun on Metal.
                 logger.info("latent attention decodes on the reference path; "
                             "--paged-attention kernel runs the SIMT MLA decode kernel")  # fmt: skip
@@ -85,22 +85,15 @@ def _check_kernel_shape(
                      softcap=rules.softcap)  # fmt: skip
 
 
-def _latent_tensor_cores(backend: str, layout: KVLayout) -> bool:
-    """Whether these latent pages decode on the tensor-core MLA kernel (CUDA, 16-bit)."""
-    from mlx_paged.kernels.latent_attention import pass_one_kernel
-    from mlx_paged.kernels.paged_attention_routing import dtype_name
-
-    return pass_one_kernel(backend, dtype_name(layout.dtype)) == "mma"
-
-
-def _check_latent_kernel(backend: str, layout: KVLayout, block_size: int, bits) -> None:
-    """Raise `UnsupportedSpecError` unless the latent-attention kernels serve these pages."""
+def _latent_kernel_spec(backend: str, layout: KVLayout, block_size: int, bits):
+    """The pass-1 `LatentSpec` that serves these pages; raises `UnsupportedSpecError` where
+    none does."""
     from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
     from mlx_paged.kernels.latent_attention import spec_for
 
     if min(bits[:2]) < 16:
         raise UnsupportedSpecError("the latent-attention kernels read 16-bit pages")
-    spec_for(backend, layout.dtype, layout.head_dim, layout.value_head_dim, block_size)
+    return spec_for(backend, layout.dtype, layout.head_dim, layout.value_head_dim, block_size)
 
 
 def _masks(layout: KVLayout, rules: ScoreRules) -> list[tuple[bool, bool]]:
