@@ -240,7 +240,7 @@ def main(args) -> int:
     rows = []
     for batch, context in progress(shapes, "timing kernel shapes", unit="shape"):
         if latent:  # MLA: latent pages, `latent_kernels.py`
-            rows.append(bench_latent_shape(batch, context, args, time_mlx))
+            rows.append(bench_latent_shape(batch, context, args, _latent_timer(args)))
         else:
             rows.append(bench_shape(batch, context, args, torch_ok))
         print_row(rows[-1], copy["copy_tb_s"])
@@ -252,16 +252,23 @@ def main(args) -> int:
     return 0
 
 
+def _latent_timer(args):
+    """`time_fn(fn, q_latent)` for `bench_latent_shape`: chained (each call's output the next
+    one's latent queries) under `--chained`, else independent calls."""
+    if args.chained:
+        pipeline = 8 if args.pipelined else 0
+        return lambda fn, q: time_mlx_chained(fn, q, pipeline=pipeline)
+    return lambda fn, q: time_mlx(lambda: fn(q))
+
+
 def _refusal(args) -> str | None:
     """Why this sweep cannot run, or None."""
     unknown = unknown_skips(args)
     if unknown:
         return (f"--skip {', '.join(unknown)}: no such column; this sweep's columns are "
                 f"{', '.join(method_names(args))}")  # fmt: skip
-    if getattr(args, "latent_dims", None) and (
-        getattr(args, "kv_bits", 16) < 16 or args.kernel or args.chained
-    ):
-        return "--latent-dims times the latent kernels on 16-bit pages, unchained"
+    if getattr(args, "latent_dims", None) and (getattr(args, "kv_bits", 16) < 16 or args.kernel):
+        return "--latent-dims times the latent kernels on 16-bit pages (no --kernel, --kv-bits)"
     if getattr(args, "pipelined", False) and not args.chained:
         return "--pipelined overlaps building and running chained calls; add --chained"
     if current_backend() is None:

@@ -49,19 +49,20 @@ def latent_problem(batch: int, context: int, args, seed: int = 0) -> dict:
 
 
 def latent_runs(problem: dict, args) -> dict:
-    """Each method as a function of no arguments: `paged` (routed), `paged_<kernel>` for each
-    pass-1 kernel (on a GPU), and `gather_sdpa` (the reference)."""
+    """Each method as a function of the latent queries, returning an output of their shape (so
+    `--chained` can feed it back): `paged` (routed), `paged_<kernel>` for each pass-1 kernel
+    (on a GPU), and `gather_sdpa` (the reference)."""
     p, backend = problem, current_backend()
 
     def paged(kernel=None):
-        return lambda: latent_attention_decode(*p["q"], *p["pages"], p["tables"], p["lens"],
-                                               scale=p["scale"], backend=backend,
-                                               kernel=kernel)  # fmt: skip
+        return lambda q_latent: latent_attention_decode(
+            q_latent, p["q"][1], *p["pages"], p["tables"], p["lens"], scale=p["scale"],
+            backend=backend, kernel=kernel)  # fmt: skip
 
-    def gather_sdpa():
+    def gather_sdpa(q_latent):
         positions = (p["lens"] - 1)[:, None]
-        return latent_attention_reference(*p["q"], *p["pages"], p["tables"], p["lens"],
-                                          positions, scale=p["scale"])  # fmt: skip
+        return latent_attention_reference(q_latent, p["q"][1], *p["pages"], p["tables"],
+                                          p["lens"], positions, scale=p["scale"])  # fmt: skip
 
     runs = {"paged": paged(), **{f"paged_{k}": paged(k) for k in PASS_ONE}} if backend else {}
     runs["gather_sdpa"] = gather_sdpa
@@ -69,20 +70,22 @@ def latent_runs(problem: dict, args) -> dict:
 
 
 def bench_latent_shape(batch: int, context: int, args, time_fn) -> dict:
-    """Time every method at one shape (`time_fn(fn)`: seconds a call); the results row."""
+    """Time every method at one shape (`time_fn(fn, q_latent)`: seconds a call of `fn` on
+    queries `q_latent`); the results row."""
     problem = latent_problem(batch, context, args)
+    q_latent = problem["q"][0]
     row = {"batch": batch, "context": context, "kv_bytes": problem["read_bytes"],
            "read_bytes": problem["read_bytes"], "us": {}, "tb_s": {},
            "max_abs_diff_vs_paged": {}}  # fmt: skip
     outputs = {}
     for name, fn in latent_runs(problem, args).items():
         try:
-            outputs[name] = fn()
+            outputs[name] = fn(q_latent)
             mx.eval(outputs[name])
         except (UnsupportedSpecError, KernelRenderError) as exc:  # a kernel this shape refuses
             row.setdefault("skipped", {})[name] = str(exc)
             continue
-        row["us"][name] = time_fn(fn) * 1e6
+        row["us"][name] = time_fn(fn, q_latent) * 1e6
         row["tb_s"][name] = problem["read_bytes"] / (row["us"][name] * 1e-6) / 1e12
     base = next((n for n in ("paged", "gather_sdpa") if n in outputs), None)
     row["diff_base"] = base

@@ -25,6 +25,7 @@ typedef unsigned long size_t;
 struct uint2 { uint x, y; };
 struct uint3 { uint x, y, z; };
 struct uint4 { uint x, y, z, w; };
+struct float4 { float x, y, z, w; };
 
 // 16-bit floats: convert to and from float explicitly or implicitly, as in MSL.
 struct half {

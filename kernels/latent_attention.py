@@ -102,14 +102,14 @@ def define(spec: LatentSpec) -> KernelDefinition:
     header = render_macro(TEMPLATES, "_dialect.jinja", "cuda_header", spec)
     if spec.kernel == "reduce":
         names = (("partial_out", "partial_max", "partial_sum", "seq_lens"), ("out",))
-        template, threads, shared, ring = "paged_attention_reduce.jinja", 32, 0, 0
+        template, threads, shared, ring = "paged_attention_reduce.jinja", reduce_threads(spec), 0, 0
     else:
         inputs = ("queries", "latent_pages", "rope_pages", "block_tables", "seq_lens", "scale")
         names = (inputs, ("partial_out", "partial_max", "partial_sum"))
         template, threads = "latent_attention.jinja", THREADS
         tile = 16 * (spec.latent_dim + spec.rope_dim + 8) * getattr(mx, spec.dtype).size
         # Tensor cores: a ring of tiles (dynamic) and the four warps' scores (static).
-        shared, ring = (4 * 16 * 16 * 4, spec.stages * tile) if spec.tensor_cores else (tile, 0)
+        shared, ring = (4 * 16 * 24 * 4, spec.stages * tile) if spec.tensor_cores else (tile, 0)
     return check_definition(
         KernelDefinition(
             name=spec.name,
@@ -124,6 +124,13 @@ def define(spec: LatentSpec) -> KernelDefinition:
             ring_bytes=ring,
         )
     )
+
+
+def reduce_threads(spec: LatentSpec) -> int:
+    """Pass 2's threads a (sequence, head): four latent dims a thread, in whole simdgroups, at
+    most four (a latent row of 512 merges in one step, with four times a simdgroup's loads in
+    flight)."""
+    return min(128, -(-spec.latent_dim // 4 // 32) * 32)
 
 
 @functools.cache
@@ -188,11 +195,12 @@ def latent_attention_decode(
         output_dtypes=[mx.float32] * 3,
     )
     reduce = LatentSpec("reduce", backend, spec.dtype, latent_dim, rope_dim, spec.block_size)
+    threads = reduce_threads(reduce)
     (out,) = build(reduce)(
         inputs=[partial_out, partial_max, partial_sum, seq_lens],
         template=[("T", latent_pages.dtype)],
-        grid=(heads * 32, batch, 1),
-        threadgroup=(32, 1, 1),
+        grid=(heads * threads, batch, 1),
+        threadgroup=(threads, 1, 1),
         output_shapes=[(batch, heads, latent_dim)],
         output_dtypes=[latent_pages.dtype],
     )

@@ -163,16 +163,18 @@ def test_head_major_pages_hold_quantized_rows_through_the_view():
     assert mx.array_equal(out, ref)
 
 
-def test_the_latent_sweep_reads_one_latent_and_rope_row_a_token():
-    """`--latent-dims`: the reference over shuffled latent pages; on the CPU no kernel runs."""
+@pytest.mark.parametrize("chained", [False, True], ids=["independent", "chained"])
+def test_the_latent_sweep_reads_one_latent_and_rope_row_a_token(chained):
+    """`--latent-dims`: the reference over shuffled latent pages, its output fed back as the
+    next call's latent queries under `--chained`; on the CPU no kernel runs."""
     from mlx_paged.bench.latent_kernels import bench_latent_shape, latent_problem
-    from mlx_paged.bench.timing import time_mlx
 
-    args = _args(latent_dims=[64, 16], num_heads=8, pool_gb=0.0001)
+    args = _args(latent_dims=[64, 16], num_heads=8, pool_gb=0.0001, chained=chained,
+                 pipelined=False)  # fmt: skip
     problem = latent_problem(3, 40, args)
     ids = np.array(problem["tables"]).ravel()
     assert problem["tables"].shape == (3, 3) and len(set(ids.tolist())) == 9 and 0 not in ids
-    row = bench_latent_shape(3, 40, args, time_mlx)
+    row = bench_latent_shape(3, 40, args, kernels._latent_timer(args))
     assert row["read_bytes"] == 3 * 40 * (64 + 16) * 4
     assert list(row["us"]) == ["gather_sdpa"] and row["diff_base"] == "gather_sdpa"
     assert row["tb_s"]["gather_sdpa"] > 0

@@ -7,8 +7,10 @@ template <typename T>
   const device int32_t* seq_lens [[buffer(4)]],
   device bfloat16_t* out [[buffer(5)]],
   uint thread_index_in_simdgroup [[thread_index_in_simdgroup]],
+  uint thread_index_in_threadgroup [[thread_index_in_threadgroup]],
   uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]],
-  uint3 threadgroups_per_grid [[threadgroups_per_grid]]) {
+  uint3 threadgroups_per_grid [[threadgroups_per_grid]],
+  uint3 threads_per_threadgroup [[threads_per_threadgroup]]) {
 // latent_reduce_metal_bf16_r512_p64_bs16
 constexpr int VALUE_DIM = 512;  // V's head size: each output row's
 constexpr int PARTITION = 512;
@@ -36,12 +38,17 @@ for (int p = pr_first + pr_lane; p <= pr_last; p += 32) {
 pr_sum = simd_sum(pr_sum);
 const float pr_inv = pr_sum > 0.0f ? 1.0f / pr_sum : 0.0f;
 
-for (int dim = pr_lane; dim < VALUE_DIM; dim += 32) {
-  float acc = 0.0f;
+for (int dim = 4 * thread_index_in_threadgroup; dim < VALUE_DIM; dim += 4 * threads_per_threadgroup.x) {
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int p = pr_first; p <= pr_last; ++p) {
-    acc += partial_out[(pr_base + p) * VALUE_DIM + dim] * fast::exp2(partial_max[pr_base + p] - pr_max);
+    const float w = fast::exp2(partial_max[pr_base + p] - pr_max);
+    const float4 x = *reinterpret_cast<const device float4*>(partial_out + (pr_base + p) * VALUE_DIM + dim);
+    acc[0] += w * x.x;
+    acc[1] += w * x.y;
+    acc[2] += w * x.z;
+    acc[3] += w * x.w;
   }
-  out[pr_row * VALUE_DIM + dim] = static_cast<T>(acc * pr_inv);
+  for (int i = 0; i < 4; ++i) out[pr_row * VALUE_DIM + dim + i] = static_cast<T>(acc[i] * pr_inv);
 }
 
 }
