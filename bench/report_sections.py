@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from .report_agents import SPECULATIVE_RUN, STRUCTURED_RUN, speculative, structured
 from .report_decode import DECODE_RUNS, HYBRID_DECODE_RUN, decode, hybrid_decode
 from .report_kv import kv_quality
+from .report_latent import LATENT_RUNS, latent_kernels
 from .report_memory import (
     gemma4_window_memory,
     hybrid_memory,
@@ -203,6 +204,7 @@ SECTIONS = (
     Section(
         ("h200-kernels.json", "h200-kernels-chained.json", "h200-kernels-pipelined.json"), kernels
     ),
+    Section(LATENT_RUNS, latent_kernels),
     Section(DECODE_RUNS, decode),
     Section((HYBRID_DECODE_RUN,), hybrid_decode),
     Section((PREFILL_RUN,), prefill),
