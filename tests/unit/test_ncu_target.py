@@ -14,7 +14,14 @@ def test_the_sdpa_peer_runs_on_a_small_pool():
 
 
 @pytest.mark.parametrize(
-    "argv", [["-"], ["decode_tc_splitk"], ["-", "-", "4/32"], ["decode_tc_splitk", "1024", "8/64"]]
+    "argv",
+    [
+        ["-"],
+        ["decode_tc_splitk"],
+        ["-", "-", "4/32"],
+        ["decode_tc_splitk", "1024", "8/64"],
+        ["latent16"],
+    ],
 )
 def test_kernels_need_a_gpu_and_say_so(argv):
     with pytest.raises(UnsupportedSpecError, match="Metal or CUDA"):
