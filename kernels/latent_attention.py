@@ -19,17 +19,23 @@ from mlx_paged.kernels.kernel_spec import DTYPE_SHORT, DTYPES, UnsupportedSpecEr
 from mlx_paged.kernels.paged_attention_routing import dtype_name
 
 TEMPLATES = Path(__file__).resolve().parent
-PARTITION = 512  # tokens a threadgroup of pass 1 reads
+PARTITION = 512  # tokens a threadgroup of pass 1 reads, unless a small grid asks for fewer
+PARTITIONS = (512, 256, 128, 64)  # the partition lengths built, longest first
+# About one wave of a 132-SM GPU at four threadgroups an SM: shorter partitions below it.
+FILL_THREADGROUPS = 512
 HEADS_PER_THREADGROUP = 16
 THREADS = 128
-_NAME = re.compile(r"latent_(simt|mma|reduce)_([a-z]+)_([a-z0-9]+)_r(\d+)_p(\d+)_bs(\d+)")
+_NAME = re.compile(
+    r"latent_(simt|mma|reduce)_([a-z]+)_([a-z0-9]+)_r(\d+)_p(\d+)_bs(\d+)(?:_pt(\d+))?"
+)
 
 
 @dataclass(frozen=True)
 class LatentSpec:
     """One MLA decode kernel: `kernel` "simt" or "mma" (pass 1: SIMT math, or CUDA's tensor
     cores) or "reduce" (pass 2), for latent rows of `latent_dim` and RoPE keys of `rope_dim`
-    in pages of `block_size` tokens, in `dtype`."""
+    in pages of `block_size` tokens, in `dtype`, pass 1 reading `partition_size` tokens a
+    threadgroup."""
 
     kernel: str
     backend: str
@@ -37,6 +43,7 @@ class LatentSpec:
     latent_dim: int
     rope_dim: int
     block_size: int
+    partition_size: int = PARTITION
 
     def __post_init__(self):
         problems = []
@@ -46,6 +53,8 @@ class LatentSpec:
             problems.append(f"latent {self.latent_dim} + RoPE {self.rope_dim} (multiples of 8)")
         if self.block_size % 16:
             problems.append(f"block size {self.block_size} (a multiple of 16)")
+        if self.partition_size not in PARTITIONS:
+            problems.append(f"partition {self.partition_size} (one of {PARTITIONS})")
         if self.tensor_cores and (
             self.backend != "cuda"
             or self.dtype == "float32"
@@ -58,19 +67,23 @@ class LatentSpec:
 
     @property
     def name(self) -> str:
+        partition = "" if self.partition_size == PARTITION else f"_pt{self.partition_size}"
         return (
             f"latent_{self.kernel}_{self.backend}_{DTYPE_SHORT[self.dtype]}_r{self.latent_dim}"
-            f"_p{self.rope_dim}_bs{self.block_size}"
+            f"_p{self.rope_dim}_bs{self.block_size}{partition}"
         )
 
     @classmethod
     def parse(cls, name: str) -> LatentSpec:
-        """Inverse of `name` (e.g. `latent_mma_cuda_bf16_r512_p64_bs16`)."""
+        """Inverse of `name` (e.g. `latent_mma_cuda_bf16_r512_p64_bs16`, or with `_pt128` for
+        partitions of 128 tokens)."""
         match = _NAME.fullmatch(name)
         dtypes = {short: full for full, short in DTYPE_SHORT.items()}
         if match is None or match[3] not in dtypes:
             raise UnsupportedSpecError(f"{name!r} is not a latent-attention kernel name")
-        return cls(match[1], match[2], dtypes[match[3]], *(int(match[i]) for i in (4, 5, 6)))
+        partition = int(match[7]) if match[7] else PARTITION
+        return cls(match[1], match[2], dtypes[match[3]], *(int(match[i]) for i in (4, 5, 6)),
+                   partition)  # fmt: skip
 
     # What the shared templates (`_dialect.jinja`, `paged_attention_reduce.jinja`) read.
     @property
@@ -86,7 +99,6 @@ class LatentSpec:
     quantized = False
     sliding_window = False
     chunked = False
-    partition_size = PARTITION
 
     @property
     def v_dim(self) -> int:
@@ -145,11 +157,23 @@ def pass_one_kernel(backend: str, dtype: str) -> str:
 
 
 def spec_for(backend: str, dtype: mx.Dtype, latent_dim: int, rope_dim: int, block_size: int,
-             kernel: str | None = None) -> LatentSpec:  # fmt: skip
+             kernel: str | None = None, partition_size: int = PARTITION) -> LatentSpec:  # fmt: skip
     """The pass-1 spec of these pages (raises `UnsupportedSpecError` where none serves)."""
     name = dtype_name(dtype)
     kernel = kernel or pass_one_kernel(backend, name)
-    return LatentSpec(kernel, backend, name, latent_dim, rope_dim, block_size)
+    return LatentSpec(kernel, backend, name, latent_dim, rope_dim, block_size, partition_size)
+
+
+def partition_for(batch: int, heads: int, max_context: int) -> int:
+    """Pass 1's partition length for this call: the longest that still makes
+    `FILL_THREADGROUPS` threadgroups (fewer partials to write and merge), else the shortest, so
+    a small batch spreads its context over the GPU (one sequence of 4k tokens: 64 threadgroups
+    instead of 8)."""
+    tiles = batch * -(-heads // HEADS_PER_THREADGROUP)
+    for size in PARTITIONS:
+        if tiles * -(-max_context // size) >= FILL_THREADGROUPS:
+            return size
+    return PARTITIONS[-1]
 
 
 def latent_attention_decode(
@@ -163,17 +187,22 @@ def latent_attention_decode(
     scale: float,
     backend: str,
     kernel: str | None = None,
+    partition_size: int | None = None,
 ) -> mx.array:
     """`latent_attention_reference` for one query a row at position `seq_lens - 1`, on the
     kernels: `(B, H, 1, R)` latent and `(B, H, 1, P)` RoPE queries over 16-bit pages; returns
-    `(B, H, 1, R)`. `kernel` picks pass 1 ("simt" or "mma"; default: routed)."""
+    `(B, H, 1, R)`. `kernel` picks pass 1 ("simt" or "mma"; default: routed), `partition_size`
+    its partition length (default: `partition_for` the call's shape)."""
     batch, heads = q_latent.shape[:2]
     latent_dim, rope_dim = latent_pages.shape[-1], rope_pages.shape[-1]
-    spec = spec_for(backend, latent_pages.dtype, latent_dim, rope_dim, latent_pages.shape[1],
-                    kernel)  # fmt: skip
+    block_size = latent_pages.shape[1]
+    max_context = block_tables.shape[1] * block_size
+    partition = partition_size or partition_for(batch, heads, max_context)
+    spec = spec_for(backend, latent_pages.dtype, latent_dim, rope_dim, block_size, kernel,
+                    partition)  # fmt: skip
     queries = mx.concatenate([q_latent, q_rope.astype(q_latent.dtype)], axis=-1)
     queries = queries.astype(latent_pages.dtype)
-    parts = -(-block_tables.shape[1] * spec.block_size // PARTITION)
+    parts = -(-max_context // partition)
     tiles = -(-heads // HEADS_PER_THREADGROUP)
     partial_out, partial_max, partial_sum = build(spec)(
         inputs=[
@@ -194,7 +223,7 @@ def latent_attention_decode(
         ],  # fmt: skip
         output_dtypes=[mx.float32] * 3,
     )
-    reduce = LatentSpec("reduce", backend, spec.dtype, latent_dim, rope_dim, spec.block_size)
+    reduce = LatentSpec("reduce", backend, spec.dtype, latent_dim, rope_dim, block_size, partition)
     threads = reduce_threads(reduce)
     (out,) = build(reduce)(
         inputs=[partial_out, partial_max, partial_sum, seq_lens],
@@ -210,7 +239,7 @@ def latent_attention_decode(
 def latent_specs(backend: str) -> list[LatentSpec]:
     """A sample the compile checks and GPU tests sweep: DeepSeek-V3's rows (512 + 64) in each
     16-bit dtype and both pass-1 kernels, a smaller latent (MiniCPM3's 256 + 32), fp32, and
-    blocks of 32; and the reduce pass."""
+    blocks of 32; the shortest partition; and the reduce pass at both partition ends."""
     kernels = ("simt", "mma") if backend == "cuda" else ("simt",)
     specs = [LatentSpec(k, backend, d, 512, 64, 16) for k in kernels
              for d in ("bfloat16", "float16")]  # fmt: skip
@@ -218,5 +247,7 @@ def latent_specs(backend: str) -> list[LatentSpec]:
         LatentSpec("simt", backend, "float32", 256, 32, 16),
         LatentSpec(kernels[-1], backend, "bfloat16", 256, 32, 32),
         LatentSpec("reduce", backend, "bfloat16", 512, 64, 16),
+        LatentSpec(kernels[-1], backend, "bfloat16", 512, 64, 16, PARTITIONS[-1]),
+        LatentSpec("reduce", backend, "bfloat16", 512, 64, 16, PARTITIONS[-1]),
     ]
     return specs

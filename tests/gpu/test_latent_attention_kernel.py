@@ -43,12 +43,13 @@ def _case(spec, heads: int, lens: list[int], seed: int):
 )
 def test_kernel_equals_the_reference(spec, heads):
     backend = current_backend()
-    lens = [1, 37, 530, 1500]  # inside one block, one partition, two, three
+    lens = [1, 37, 530, 1500]  # inside one block, one partition (of 512), two, three
     q_latent, q_rope, latent, rope, tables = _case(spec, heads, lens, seed=heads)
     seq_lens = mx.array(lens, dtype=mx.int32)
     scale = (spec.latent_dim // 4 + spec.rope_dim) ** -0.5
     got = latent_attention_decode(q_latent, q_rope, latent, rope, tables, seq_lens, scale=scale,
-                                  backend=backend, kernel=spec.kernel)  # fmt: skip
+                                  backend=backend, kernel=spec.kernel,
+                                  partition_size=spec.partition_size)  # fmt: skip
     with mx.stream(mx.cpu):  # the oracle on the CPU: GPU float32 matmuls may use TF32
         want = latent_attention_reference(q_latent, q_rope, latent, rope, tables, seq_lens,
                                           (seq_lens - 1)[:, None], scale=scale)  # fmt: skip

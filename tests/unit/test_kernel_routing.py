@@ -180,3 +180,33 @@ def test_the_tensor_core_latent_kernel_refuses_score_dims_it_would_drop():
     LatentSpec("simt", "cuda", "bfloat16", 512, 40, 16)  # SIMT splits any multiple of 8
     with pytest.raises(UnsupportedSpecError, match="RoPE"):
         LatentSpec("mma", "cuda", "bfloat16", 512, 40, 16)  # 552 score dims: 34.5 mma steps
+
+
+@pytest.mark.parametrize(
+    ("batch", "heads", "context", "partition"),
+    [
+        (32, 16, 32768, 512),  # 2,048 threadgroups at 512 tokens: the longest partition
+        (64, 16, 4096, 512),  # 512 exactly
+        (8, 16, 8192, 128),  # 128 at 512 tokens, 256 at 256, 512 at 128
+        (32, 128, 8192, 512),  # eight head tiles a sequence
+        (1, 16, 4096, 64),  # one stream: 64 threadgroups at best, the shortest partition
+        (1, 128, 4096, 64),  # 8 tiles x 64 partitions: 512
+    ],
+)
+def test_latent_partitions_shorten_until_the_grid_fills(batch, heads, context, partition):
+    from mlx_paged.kernels.latent_attention import partition_for
+
+    assert partition_for(batch, heads, context) == partition
+
+
+def test_a_latent_spec_names_its_partition_unless_it_is_the_default():
+    from mlx_paged.kernels.kernel_spec import UnsupportedSpecError
+    from mlx_paged.kernels.latent_attention import LatentSpec
+
+    short = LatentSpec("mma", "cuda", "bfloat16", 512, 64, 16, 128)
+    assert short.name == "latent_mma_cuda_bf16_r512_p64_bs16_pt128"
+    assert LatentSpec.parse(short.name) == short
+    default = LatentSpec.parse("latent_mma_cuda_bf16_r512_p64_bs16")
+    assert default.partition_size == 512
+    with pytest.raises(UnsupportedSpecError, match="partition 96"):
+        LatentSpec("mma", "cuda", "bfloat16", 512, 64, 16, 96)
