@@ -12,7 +12,8 @@ a 4 GiB pool with shuffled block ids). KERNEL names one of `KERNELS` ("-" the ro
 `-k regex:sdpa`); PARTITION is a split kernel's partition length ("-": the routed one);
 BITS/GROUP (e.g. 4/32) quantizes the pages the kernels read (`QuantizedKVPages`).
 KERNEL `latentH` runs the routed MLA decode instead (both passes, `-k regex:latent`): H query
-heads over DeepSeek's latent rows (512 + 64, bf16, the `--latent-dims` benchmark's pool).
+heads over DeepSeek's latent rows (512 + 64, bf16, the `--latent-dims` benchmark's pool), at
+PARTITION tokens a pass-1 threadgroup ("-": `partition_for` the shape).
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ def main(argv: list[str], pool_bytes: int = 4 << 30) -> None:
     """Run the calls `argv` asks for (see the module docstring) on a pool of `pool_bytes`."""
     batch, context = int(argv[0]), int(argv[1])
     kernel = argv[2] if len(argv) > 2 and argv[2] != "-" else None
-    if kernel and kernel.startswith("latent"):
-        return latent_calls(batch, context, int(kernel.removeprefix("latent")), pool_bytes)
     partition = int(argv[3]) if len(argv) > 3 and argv[3] != "-" else None
+    if kernel and kernel.startswith("latent"):
+        heads = int(kernel.removeprefix("latent"))
+        return latent_calls(batch, context, heads, partition, pool_bytes)
     queries, k_pages, v_pages, tables, lens = standard_problem(batch, context, pool_bytes)
     if len(argv) > 4:
         if kernel in ("read", "sdpa"):
@@ -68,7 +70,8 @@ def main(argv: list[str], pool_bytes: int = 4 << 30) -> None:
     mx.synchronize()
 
 
-def latent_calls(batch: int, context: int, heads: int, pool_bytes: int) -> None:
+def latent_calls(batch: int, context: int, heads: int, partition: int | None,
+                 pool_bytes: int) -> None:  # fmt: skip
     """A few routed MLA decode calls (`latentH`) on a shuffled pool of latent pages."""
     backend = current_backend()
     if backend is None:
@@ -80,7 +83,8 @@ def latent_calls(batch: int, context: int, heads: int, pool_bytes: int) -> None:
     p = latent_problem(batch, context, args)
     for _ in range(3):
         mx.eval(latent_attention_decode(*p["q"], *p["pages"], p["tables"], p["lens"],
-                                        scale=p["scale"], backend=backend))  # fmt: skip
+                                        scale=p["scale"], backend=backend,
+                                        partition_size=partition))  # fmt: skip
     mx.synchronize()
 
 

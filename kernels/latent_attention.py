@@ -25,6 +25,9 @@ PARTITIONS = (512, 256, 128, 64)  # the partition lengths built, longest first
 FILL_THREADGROUPS = 512
 HEADS_PER_THREADGROUP = 16
 THREADS = 128
+# The tensor-core form's static shared memory: four warps' fp32 scores, 16 heads x 24 (16
+# tokens padded by 8) each (`la_scores`).
+SCORE_BYTES = 4 * HEADS_PER_THREADGROUP * (16 + 8) * 4
 _NAME = re.compile(
     r"latent_(simt|mma|reduce)_([a-z]+)_([a-z0-9]+)_r(\d+)_p(\d+)_bs(\d+)(?:_pt(\d+))?"
 )
@@ -121,7 +124,7 @@ def define(spec: LatentSpec) -> KernelDefinition:
         template, threads = "latent_attention.jinja", THREADS
         tile = 16 * (spec.latent_dim + spec.rope_dim + 8) * getattr(mx, spec.dtype).size
         # Tensor cores: a ring of tiles (dynamic) and the four warps' scores (static).
-        shared, ring = (4 * 16 * 24 * 4, spec.stages * tile) if spec.tensor_cores else (tile, 0)
+        shared, ring = (SCORE_BYTES, spec.stages * tile) if spec.tensor_cores else (tile, 0)
     return check_definition(
         KernelDefinition(
             name=spec.name,

@@ -21,6 +21,7 @@ def test_the_sdpa_peer_runs_on_a_small_pool():
         ["-", "-", "4/32"],
         ["decode_tc_splitk", "1024", "8/64"],
         ["latent16"],
+        ["latent16", "64"],
     ],
 )
 def test_kernels_need_a_gpu_and_say_so(argv):
