@@ -124,7 +124,8 @@ def define(spec: LatentSpec) -> KernelDefinition:
     """Pass 1: inputs queries `(B, H, 1, latent + rope)` (the absorbed query and the RoPE part,
     side by side), latent and RoPE pages `[num_blocks, block_size, 1, dim]`, block tables,
     lengths and the scale; outputs each partition's fp32 output `(B, H, P, latent)`, row max
-    (base 2) and row sum `(B, H, P)`. Pass 2 merges them into `out` `(B, H, latent)`."""
+    (base 2, up to 8 below the true one on tensor cores) and row sum `(B, H, P)`, output and
+    sum relative to that max. Pass 2 merges them into `out` `(B, H, latent)`."""
     header = render_macro(TEMPLATES, "_dialect.jinja", "cuda_header", spec)
     if spec.kernel == "reduce":
         names = (("partial_out", "partial_max", "partial_sum", "seq_lens"), ("out",))
