@@ -106,8 +106,8 @@ class LatentSpec:
 
     @property
     def min_threadgroups_per_sm(self) -> int | None:
-        """Tensor cores: four pass-1 threadgroups an SM (128 registers a thread), which ran
-        faster than three with the compiler's free choice (164) at 1 GiB on the H100."""
+        """Tensor cores: four pass-1 threadgroups an SM (128 registers a thread; the
+        compiler's free choice, 164, allows three, which ran 1% slower at 1 GiB on the H100)."""
         return 4 if self.tensor_cores else None
 
     quantized = False
