@@ -150,6 +150,9 @@ def _attention_runs(problem: Problem, args) -> dict:
 
 
 def _timer(args):
+    """`timed(fn, q)`: microseconds a call of `fn` on queries `q`, each call's output the next
+    one's queries under `--chained` (evaluated `PIPELINE_CALLS` at a time under
+    `--pipelined`), else independent calls."""
     chained = getattr(args, "chained", False)
     pipeline = PIPELINE_CALLS if getattr(args, "pipelined", False) else 0
 
@@ -240,7 +243,7 @@ def main(args) -> int:
     rows = []
     for batch, context in progress(shapes, "timing kernel shapes", unit="shape"):
         if latent:  # MLA: latent pages, `latent_kernels.py`
-            rows.append(bench_latent_shape(batch, context, args, _latent_timer(args)))
+            rows.append(bench_latent_shape(batch, context, args, _timer(args)))
         else:
             rows.append(bench_shape(batch, context, args, torch_ok))
         print_row(rows[-1], copy["copy_tb_s"])
@@ -250,15 +253,6 @@ def main(args) -> int:
     if plot(result, out_dir / "kernels.png"):
         print(f"wrote {out_dir / 'kernels.png'}")
     return 0
-
-
-def _latent_timer(args):
-    """`time_fn(fn, q_latent)` for `bench_latent_shape`: chained (each call's output the next
-    one's latent queries) under `--chained`, else independent calls."""
-    if args.chained:
-        pipeline = 8 if args.pipelined else 0
-        return lambda fn, q: time_mlx_chained(fn, q, pipeline=pipeline)
-    return lambda fn, q: time_mlx(lambda: fn(q))
 
 
 def _refusal(args) -> str | None:

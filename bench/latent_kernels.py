@@ -70,8 +70,8 @@ def latent_runs(problem: dict, args) -> dict:
 
 
 def bench_latent_shape(batch: int, context: int, args, time_fn) -> dict:
-    """Time every method at one shape (`time_fn(fn, q_latent)`: seconds a call of `fn` on
-    queries `q_latent`); the results row."""
+    """Time every method at one shape (`time_fn(fn, q_latent)`: microseconds a call of `fn`
+    on queries `q_latent`); the results row."""
     problem = latent_problem(batch, context, args)
     q_latent = problem["q"][0]
     row = {"batch": batch, "context": context, "kv_bytes": problem["read_bytes"],
@@ -85,7 +85,7 @@ def bench_latent_shape(batch: int, context: int, args, time_fn) -> dict:
         except (UnsupportedSpecError, KernelRenderError) as exc:  # a kernel this shape refuses
             row.setdefault("skipped", {})[name] = str(exc)
             continue
-        row["us"][name] = time_fn(fn, q_latent) * 1e6
+        row["us"][name] = time_fn(fn, q_latent)
         row["tb_s"][name] = problem["read_bytes"] / (row["us"][name] * 1e-6) / 1e12
     base = next((n for n in ("paged", "gather_sdpa") if n in outputs), None)
     row["diff_base"] = base

@@ -45,6 +45,14 @@ def add_kernels_bench(sub: argparse._SubParsersAction, run) -> None:
         default="bfloat16",
         help="dtype of queries and 16-bit pages",
     )
+    _add_kernels_pages(p)
+    p.add_argument("--out", default="bench/out/kernels", help="folder for kernels.json/.png")
+    _add_kernels_methods(p)
+    p.set_defaults(run=run)
+
+
+def _add_kernels_pages(p: argparse.ArgumentParser) -> None:
+    """The pages `bench kernels` reads: their bits, scale groups and pool size."""
     p.add_argument(
         "--kv-bits",
         type=int,
@@ -69,9 +77,6 @@ def add_kernels_bench(sub: argparse._SubParsersAction, run) -> None:
     p.add_argument(
         "--max-kv-gb", type=float, default=8.0, help="skip shapes whose K+V exceed this many GiB"
     )
-    p.add_argument("--out", default="bench/out/kernels", help="folder for kernels.json/.png")
-    _add_kernels_methods(p)
-    p.set_defaults(run=run)
 
 
 def _add_kernels_methods(p: argparse.ArgumentParser) -> None:

@@ -103,14 +103,7 @@ class PagedKVPool:
         self.page_shapes = [(num_blocks, block_size, h, k) for h, k, _ in arrays]
         self.value_dims = [v for _, _, v in arrays]
         self.max_kv_heads = max(h for h, _, _ in shapes)
-        # Per layer of another shape than its array's, the K and V shapes it reads the array
-        # as: its group's page scale times the pages (`kv_groups.py`).
-        self.layer_views: list[tuple | None] = [None] * num_layers
-        for layer, viewed in enumerate(self.groups.read_at_another_shape(shapes)):
-            if viewed:
-                h, k, v = shapes[layer]
-                pages = num_blocks * self.groups.scale(self.groups.layer_group[layer])
-                self.layer_views[layer] = ((pages, block_size, h, k), (pages, block_size, h, v))
+        self.layer_views = self._layer_views(shapes)
         # K and V bits per value (16: the model's dtype), quantized in groups of `group_size`.
         self.k_bits, self.v_bits, self.group_size = k_bits, v_bits, group_size
         # Set by the paged setup: "metal"/"cuda" when decode runs the generated kernel.
@@ -135,6 +128,17 @@ class PagedKVPool:
         # `PagedLayerCache.update_and_fetch`); the runner clears it before each forward.
         self.fetched: dict[int, tuple] = {}
         self.pages = self._zero_pages()
+
+    def _layer_views(self, shapes: list[tuple[int, int, int]]) -> list[tuple | None]:
+        """Per layer of another shape than its array's, the K and V shapes it reads the array
+        as: its group's page scale times the pages (`kv_groups.py`); None for the others."""
+        views: list[tuple | None] = [None] * len(shapes)
+        for layer, viewed in enumerate(self.groups.read_at_another_shape(shapes)):
+            if viewed:
+                h, k, v = shapes[layer]
+                pages = self.num_blocks * self.groups.scale(self.groups.layer_group[layer])
+                views[layer] = ((pages, self.block_size, h, k), (pages, self.block_size, h, v))
+        return views
 
     @property
     def quantized(self) -> bool:

@@ -174,7 +174,7 @@ def test_the_latent_sweep_reads_one_latent_and_rope_row_a_token(chained):
     problem = latent_problem(3, 40, args)
     ids = np.array(problem["tables"]).ravel()
     assert problem["tables"].shape == (3, 3) and len(set(ids.tolist())) == 9 and 0 not in ids
-    row = bench_latent_shape(3, 40, args, kernels._latent_timer(args))
+    row = bench_latent_shape(3, 40, args, kernels._timer(args))
     assert row["read_bytes"] == 3 * 40 * (64 + 16) * 4
     assert list(row["us"]) == ["gather_sdpa"] and row["diff_base"] == "gather_sdpa"
     assert row["tb_s"]["gather_sdpa"] > 0
