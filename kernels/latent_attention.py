@@ -101,7 +101,11 @@ class LatentSpec:
 
     @property
     def threads(self) -> int:
-        """Threads a threadgroup (pass 1)."""
+        """Threads a threadgroup: pass 1's THREADS; the merge's, four latent dims a thread in
+        whole simdgroups, at most four (a latent row of 512 merges in one step, with four
+        times a simdgroup's loads in flight)."""
+        if self.kernel == "reduce":
+            return min(128, -(-self.latent_dim // 4 // 32) * 32)
         return THREADS
 
     @property
@@ -129,11 +133,11 @@ def define(spec: LatentSpec) -> KernelDefinition:
     header = render_macro(TEMPLATES, "_dialect.jinja", "cuda_header", spec)
     if spec.kernel == "reduce":
         names = (("partial_out", "partial_max", "partial_sum", "seq_lens"), ("out",))
-        template, threads, shared, ring = "paged_attention_reduce.jinja", reduce_threads(spec), 0, 0
+        template, shared, ring = "paged_attention_reduce.jinja", 0, 0
     else:
         inputs = ("queries", "latent_pages", "rope_pages", "block_tables", "seq_lens", "scale")
         names = (inputs, ("partial_out", "partial_max", "partial_sum"))
-        template, threads = "latent_attention.jinja", THREADS
+        template = "latent_attention.jinja"
         tile = 16 * (spec.latent_dim + spec.rope_dim + 8) * getattr(mx, spec.dtype).size
         # Tensor cores: a ring of tiles (dynamic) and the four warps' scores (static).
         shared, ring = (SCORE_BYTES, spec.stages * tile) if spec.tensor_cores else (tile, 0)
@@ -146,18 +150,11 @@ def define(spec: LatentSpec) -> KernelDefinition:
             header=header,
             input_names=names[0],
             output_names=names[1],
-            threads_per_threadgroup=threads,
+            threads_per_threadgroup=spec.threads,
             threadgroup_bytes=shared,
             ring_bytes=ring,
         )
     )
-
-
-def reduce_threads(spec: LatentSpec) -> int:
-    """Pass 2's threads a (sequence, head): four latent dims a thread, in whole simdgroups, at
-    most four (a latent row of 512 merges in one step, with four times a simdgroup's loads in
-    flight)."""
-    return min(128, -(-spec.latent_dim // 4 // 32) * 32)
 
 
 @functools.cache
@@ -229,8 +226,8 @@ def latent_attention_decode(
             constant(scale, mx.float32, backend),
         ],  # fmt: skip
         template=[("T", latent_pages.dtype)],
-        grid=(tiles * THREADS, batch, parts),
-        threadgroup=(THREADS, 1, 1),
+        grid=(tiles * spec.threads, batch, parts),
+        threadgroup=(spec.threads, 1, 1),
         output_shapes=[
             (batch, heads, parts, latent_dim),
             (batch, heads, parts),
@@ -239,7 +236,7 @@ def latent_attention_decode(
         output_dtypes=[mx.float32] * 3,
     )
     reduce = LatentSpec("reduce", backend, spec.dtype, latent_dim, rope_dim, block_size, partition)
-    threads = reduce_threads(reduce)
+    threads = reduce.threads
     (out,) = build(reduce)(
         inputs=[partial_out, partial_max, partial_sum, seq_lens],
         template=[("T", latent_pages.dtype)],
