@@ -25,9 +25,7 @@ PARTITIONS = (512, 256, 128, 64)  # the partition lengths built, longest first
 FILL_THREADGROUPS = 512
 HEADS_PER_THREADGROUP = 16
 THREADS = 128
-# The tensor-core form's static shared memory: four warps' fp32 scores, 16 heads x 24 (16
-# tokens padded by 8) each (`la_scores`).
-SCORE_BYTES = 4 * HEADS_PER_THREADGROUP * (16 + 8) * 4
+MMA_TILE_TOKENS = 16  # tokens a tensor-core ring slot (the SIMT form stages 16)
 _NAME = re.compile(
     r"latent_(simt|mma|reduce)_([a-z]+)_([a-z0-9]+)_r(\d+)_p(\d+)_bs(\d+)(?:_pt(\d+))?"
 )
@@ -114,6 +112,17 @@ class LatentSpec:
         compiler's free choice, 164, allows three, which ran 1% slower at 1 GiB on the H100)."""
         return 4 if self.tensor_cores else None
 
+    @property
+    def tile_tokens(self) -> int:
+        """Tokens a staged tile: the tensor-core form's MMA_TILE_TOKENS, the SIMT form's 16."""
+        return MMA_TILE_TOKENS if self.tensor_cores else 16
+
+    @property
+    def score_bytes(self) -> int:
+        """The tensor-core form's static shared memory: four warps' fp32 scores, 16 heads x a
+        tile's tokens each (`la_scores`)."""
+        return 4 * HEADS_PER_THREADGROUP * self.tile_tokens * 4
+
     quantized = False
     sliding_window = False
     chunked = False
@@ -138,9 +147,9 @@ def define(spec: LatentSpec) -> KernelDefinition:
         inputs = ("queries", "latent_pages", "rope_pages", "block_tables", "seq_lens", "scale")
         names = (inputs, ("partial_out", "partial_max", "partial_sum"))
         template = "latent_attention.jinja"
-        tile = 16 * (spec.latent_dim + spec.rope_dim + 8) * getattr(mx, spec.dtype).size
+        tile = spec.tile_tokens * (spec.latent_dim + spec.rope_dim + 8) * getattr(mx, spec.dtype).size
         # Tensor cores: a ring of tiles (dynamic) and the four warps' scores (static).
-        shared, ring = (SCORE_BYTES, spec.stages * tile) if spec.tensor_cores else (tile, 0)
+        shared, ring = (spec.score_bytes, spec.stages * tile) if spec.tensor_cores else (tile, 0)
     return check_definition(
         KernelDefinition(
             name=spec.name,
