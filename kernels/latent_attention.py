@@ -147,7 +147,8 @@ def define(spec: LatentSpec) -> KernelDefinition:
         inputs = ("queries", "latent_pages", "rope_pages", "block_tables", "seq_lens", "scale")
         names = (inputs, ("partial_out", "partial_max", "partial_sum"))
         template = "latent_attention.jinja"
-        tile = spec.tile_tokens * (spec.latent_dim + spec.rope_dim + 8) * getattr(mx, spec.dtype).size
+        row_bytes = (spec.latent_dim + spec.rope_dim + 8) * getattr(mx, spec.dtype).size
+        tile = spec.tile_tokens * row_bytes
         # Tensor cores: a ring of tiles (dynamic) and the four warps' scores (static).
         shared, ring = (spec.score_bytes, spec.stages * tile) if spec.tensor_cores else (tile, 0)
     return check_definition(
