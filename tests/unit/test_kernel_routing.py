@@ -210,3 +210,18 @@ def test_a_latent_spec_names_its_partition_unless_it_is_the_default():
     assert default.partition_size == 512
     with pytest.raises(UnsupportedSpecError, match="partition 96"):
         LatentSpec("mma", "cuda", "bfloat16", 512, 64, 16, 96)
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.1, float("nan")])
+def test_the_latent_decode_refuses_a_scale_that_is_not_positive(scale):
+    """Pass 1 takes the max of the unscaled scores, which only a positive scale preserves."""
+    import mlx.core as mx
+
+    from mlx_paged.kernels.latent_attention import latent_attention_decode
+
+    q_latent, q_rope = mx.zeros((1, 16, 1, 512)), mx.zeros((1, 16, 1, 64))
+    latent, rope = mx.zeros((2, 16, 1, 512)), mx.zeros((2, 16, 1, 64))
+    tables, lens = mx.array([[1]], dtype=mx.int32), mx.array([3], dtype=mx.int32)
+    with pytest.raises(ValueError, match="must be positive"):
+        latent_attention_decode(q_latent, q_rope, latent, rope, tables, lens, scale=scale,
+                                backend="cuda")  # fmt: skip
