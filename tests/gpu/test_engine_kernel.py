@@ -22,7 +22,8 @@ PROMPTS = [
 @pytest.mark.parametrize("model_type", ["llama", "gemma3_text"])
 def test_kernel_tokens_equal_reference_tokens(tmp_path, model_type):
     # head_dim 64 with 4 query / 2 KV heads: a spec the kernels serve (GQA 2; gemma3 adds
-    # sliding-window layers). float32 weights keep greedy ties away.
+    # sliding-window layers). float32 weights keep greedy ties away. The lean step, not the
+    # fused one (which rotates in its own kernel), so that `fused_rope` reaches attention.
     folder = build_model(
         tmp_path / model_type, model_type, head_dim=64, num_attention_heads=4, num_key_value_heads=2
     )
@@ -36,7 +37,7 @@ def test_kernel_tokens_equal_reference_tokens(tmp_path, model_type):
     ):
         llm = LLM(str(folder), block_size=16, num_blocks=64, paged_attention=mode,
                   enable_prefix_caching=False, compile_decode="on" if compiled else "off",
-                  fused_rope=fused_rope)  # fmt: skip
+                  fused_rope=fused_rope, lean_decode="on")  # fmt: skip
         tokens = [r.token_ids for r in llm.generate(PROMPTS, params)]
         results[mode, fused_rope, compiled] = (tokens, dict(llm.engine.runner.pool.attention_calls))
     reference_tokens, reference_calls = results["reference", "off", False]
