@@ -94,16 +94,14 @@ def test_gated_delta_cuda_kernels_compile_without_spilling():
 def test_latent_attention_cuda_kernels_compile_within_their_registers():
     """The MLA decode kernels: SIMT and tensor-core pass 1 (16 heads a threadgroup over a
     staged tile of 16 tokens' latent rows) and the merge. The tensor-core pass 1 is held to
-    128 registers (four threadgroups an SM), which spills a few values: that form ran faster
-    on the H100 than 164 registers without spills; the spill stays small."""
+    128 registers (four threadgroups an SM) and spills nothing there."""
     specs = latent_attention.latent_specs("cuda")
     assert {s.kernel for s in specs} == {"simt", "mma", "reduce"}
     for spec in specs:
         report = check_cuda_source(latent_attention.define(spec))
         if spec.tensor_cores:
-            assert report.registers <= 128 and report.spill_bytes <= 128, (spec.name, report)
-        else:
-            assert report.spill_bytes == 0 and 0 < report.registers <= 255, (spec.name, report)
+            assert report.registers <= 128, (spec.name, report)
+        assert report.spill_bytes == 0 and 0 < report.registers <= 255, (spec.name, report)
     unit = wrap(latent_attention.define(specs[2]))  # tensor cores, bf16
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16" in unit
     assert "const __nv_bfloat16* latent_pages" in unit and "float* partial_max" in unit
