@@ -20,7 +20,7 @@ from mlx_paged.kernels.paged_attention_routing import dtype_name
 
 TEMPLATES = Path(__file__).resolve().parent
 PARTITION = 512  # tokens a threadgroup of pass 1 reads, unless a small grid asks for fewer
-PARTITIONS = (512, 256, 128, 64)  # the partition lengths built, longest first
+PARTITIONS = (2048, 1024, 512, 256, 128, 64)  # the partition lengths built, longest first
 # About one wave of a 132-SM GPU at four threadgroups an SM: shorter partitions below it.
 FILL_THREADGROUPS = 512
 HEADS_PER_THREADGROUP = 16

@@ -185,10 +185,10 @@ def test_the_tensor_core_latent_kernel_refuses_score_dims_it_would_drop():
 @pytest.mark.parametrize(
     ("batch", "heads", "context", "partition"),
     [
-        (32, 16, 32768, 512),  # 2,048 threadgroups at 512 tokens: the longest partition
-        (64, 16, 4096, 512),  # 512 exactly
+        (32, 16, 32768, 2048),  # 512 threadgroups at 2,048 tokens: the longest partition
+        (64, 16, 4096, 512),  # 128 at 2,048 tokens, 256 at 1,024, 512 at 512
         (8, 16, 8192, 128),  # 128 at 512 tokens, 256 at 256, 512 at 128
-        (32, 128, 8192, 512),  # eight head tiles a sequence
+        (32, 128, 8192, 2048),  # eight head tiles a sequence: 1,024 at 2,048 tokens
         (1, 16, 4096, 64),  # one stream: 64 threadgroups at best, the shortest partition
         (1, 128, 4096, 64),  # 8 tiles x 64 partitions: 512
     ],
