@@ -10,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlx_paged.kernels.latent_attention import latent_attention_decode, latent_specs
+from mlx_paged.kernels.latent_attention import latent_attention_decode, latent_specs, spec_for
 from mlx_paged.kernels.latent_attention_reference import latent_attention_reference
 from mlx_paged.kernels.paged_attention import current_backend
 
@@ -42,8 +42,18 @@ def _case(spec, heads: int, lens: list[int], seed: int):
     "spec", [s for s in latent_specs("cuda") if s.kernel != "reduce"], ids=lambda s: s.name
 )
 def test_kernel_equals_the_reference(spec, heads):
+    _check_against_the_reference(spec, heads, [1, 37, 530, 1500])  # 1 block, 1-3 partitions
+
+
+@pytest.mark.parametrize("kernel", ["mma", "simt"])
+def test_the_longest_partitions_equal_the_reference(kernel):
+    """2,048-token partitions (large grids): one, two and three of them a row."""
+    spec = spec_for("cuda", mx.bfloat16, 512, 64, 16, kernel, partition_size=2048)
+    _check_against_the_reference(spec, 16, [1, 2100, 4500, 530])
+
+
+def _check_against_the_reference(spec, heads: int, lens: list[int]) -> None:
     backend = current_backend()
-    lens = [1, 37, 530, 1500]  # inside one block, one partition (of 512), two, three
     q_latent, q_rope, latent, rope, tables = _case(spec, heads, lens, seed=heads)
     seq_lens = mx.array(lens, dtype=mx.int32)
     scale = (spec.latent_dim // 4 + spec.rope_dim) ** -0.5
