@@ -78,10 +78,9 @@ class Engine(EngineInbox, StepRecovery):
             start_in_decode=self.kv is not None,
         )
         seconds = config.prefill_chunk_seconds if self.kv is not None else None
-        self.pacer = StepPacer(
-            seconds, config.max_num_prefill_seqs * config.prefill_step_size,
-            config.prefill_itl_ratio,
-        )  # fmt: skip
+        # A step's most tokens: every prefilling request's whole chunk, and the decode rows.
+        most_tokens = config.max_num_prefill_seqs * config.prefill_step_size + config.max_num_seqs
+        self.pacer = StepPacer(seconds, most_tokens, config.prefill_itl_ratio)
         self._set_step_budgets()
         # The paged runner runs a step's prefill chunks inside its decode forward.
         self._mixes = getattr(self.runner, "mixes_prefill", False)

@@ -4,7 +4,8 @@ A step is the engine's unit of attention: a hang-up, an abort, a new request and
 stream's next token wait for it to end. A fixed token budget cannot serve both a GPU that
 prefills 2,048 tokens in 50 ms and a CPU that needs 0.1 s a token. So the pacer measures what a
 step's tokens cost (prompt chunks and decode rows alike) and offers the next step the tokens
-that fit the target: a power of two (few distinct attention shapes), at least `MIN_TOKENS`.
+that fit the target: a power of two (few distinct attention shapes), at least `MIN_TOKENS`, or,
+where the target fits more, the ceiling itself (one shape too).
 While streams decode, `MixedStepCap` also keeps a step with prompt work within a few decode
 steps' time (`prefill_itl_ratio`).
 """
@@ -28,7 +29,8 @@ class StepPacer:
 
     Args:
         target_seconds: how long a step with prompt work may take; None turns pacing off.
-        max_tokens: the budget's ceiling (the scheduler's own limits still apply).
+        max_tokens: the budget's ceiling: the most tokens a step can run, its prompt chunks and
+            decode rows together (the scheduler's own limits still apply).
         itl_ratio: while streams decode, how many decode-only steps' time a step with prompt
             work may take (`MixedStepCap`); None: only `target_seconds` applies.
     """
@@ -54,7 +56,11 @@ class StepPacer:
         if self.seconds_per_token is None:
             return MIN_TOKENS
         fit = self.target_seconds / self.seconds_per_token
-        return max(MIN_TOKENS, min(_floor_pow2(fit), _floor_pow2(self.max_tokens)))
+        if fit >= self.max_tokens:
+            # Not rounded down: the rows that decode beside whole chunks must not cut the
+            # chunks a few tokens short, which would leave each prompt a step of its own.
+            return self.max_tokens
+        return max(MIN_TOKENS, _floor_pow2(fit))
 
     def observe(self, num_tokens: int, seconds: float) -> None:
         """Record a step that ran `num_tokens` tokens (prompt and decode) in `seconds`."""

@@ -3,6 +3,7 @@
 import pytest
 
 from mlx_paged.engine.scheduler import Scheduler
+from mlx_paged.engine.step_pacer import StepPacer
 from mlx_paged.request import Request, RequestStatus
 from mlx_paged.sampling.sampling_params import SamplingParams
 
@@ -173,6 +174,21 @@ def test_a_paced_step_shares_its_budget_equally_then_in_order():
     # The starting request's token counts against the budget.
     assert plan_view(s.schedule_prompts()) == ([], ["short"], [("long", 99)])
     assert long.num_computed_tokens == 289
+
+
+def test_at_the_pacers_ceiling_decode_rows_leave_the_chunks_whole():
+    """The pacer's ceiling is every prefilling request's whole chunk plus the decode rows: rows
+    that decode beside the chunks must not cut each prompt a few tokens short (the rest of
+    every prompt would cost a step of its own)."""
+    s = Scheduler(max_num_seqs=64, max_num_prefill_seqs=8, prefill_step_size=2048,
+                  prefill_align=64)  # fmt: skip
+    pacer = StepPacer(0.5, 8 * 2048 + 64)  # as EngineCore builds it
+    pacer.observe(16384, 0.09)  # 16k prompt tokens in 90 ms: the target fits far more
+    s.step_token_budget = pacer.budget
+    for i in range(8):
+        s.add_request(req(f"p{i}", 2048))
+    chunks = plan_view(s.schedule_prompts(num_decode_rows=56))[2]
+    assert chunks == [(f"p{i}", 2047) for i in range(8)]
 
 
 def test_a_paced_step_keeps_prompt_room_beside_many_decode_rows():

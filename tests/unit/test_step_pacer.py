@@ -24,8 +24,11 @@ def test_starts_at_the_floor_then_fits_the_target_in_powers_of_two():
 
 def test_clamped_to_the_ceiling_and_the_floor():
     pacer = StepPacer(0.5, 3000)
-    pacer.observe(1000, 0.001)  # 1 us a token: 500,000 fit; the ceiling is 2,048 (pow2)
-    assert pacer.budget == 2048
+    pacer.observe(1000, 0.001)  # 1 us a token: 500,000 fit; the ceiling, as it is
+    assert pacer.budget == 3000
+    below = StepPacer(0.5, 3000)
+    below.observe(1000, 0.2)  # 2,500 fit: below the ceiling, a power of two
+    assert below.budget == 2048
     slow = StepPacer(0.5, 3000)
     slow.observe(10, 5.0)  # 0.5 s a token (a CPU): one would fit; the floor holds
     assert slow.budget == MIN_TOKENS
