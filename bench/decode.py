@@ -164,23 +164,30 @@ def _engine_figures(name: str, llm, before: tuple) -> dict:
 def _step_counters(llm) -> tuple:
     m = llm.engine.metrics
     parts = tuple(getattr(m, f"decode_{part}_seconds_total") for part in HOST_PARTS)
-    return m.decode_seconds_total, m.decode_wait_seconds_total, *parts, m.decode_steps_total
+    mixed = (m.mixed_step_seconds_total, m.mixed_steps_total)
+    return m.decode_seconds_total, m.decode_wait_seconds_total, *parts, *mixed, m.decode_steps_total
 
 
 def _step_split(llm, before: tuple) -> dict:
     """Host and device-wait ms per decode step since `before` (`_step_counters`), the host
     part split into graph building, MLX's dispatch, token delivery and the rest: a step waits
     for the device only when its host work took less than the device's. Steps that carried
-    prompt chunks (while a batch's prompts enter) are not in it."""
-    total, wait, *parts, steps = (a - b for a, b in zip(_step_counters(llm), before))
+    prompt chunks (while a batch's prompts enter) are not in it: they are counted apart, with
+    their mean ms, since the timed runs' ramps hold them."""
+    total, wait, *parts, mixed, num_mixed, steps = (
+        a - b for a, b in zip(_step_counters(llm), before)
+    )
     host_ms, wait_ms = (total - wait) / steps * 1e3, wait / steps * 1e3
-    figures = {"host_ms_per_step": host_ms, "wait_ms_per_step": wait_ms}
+    figures = {"host_ms_per_step": host_ms, "wait_ms_per_step": wait_ms,
+               "mixed_steps": num_mixed,
+               "mixed_ms_per_step": mixed / num_mixed * 1e3 if num_mixed else 0.0}  # fmt: skip
     parts_ms = {f"{part}_ms_per_step": t / steps * 1e3 for part, t in zip(HOST_PARTS, parts)}
     figures |= parts_ms | {"other_ms_per_step": host_ms - sum(parts_ms.values())}
     split = ", ".join(f"{part} {figures[f'{part}_ms_per_step']:.2f}"
                       for part in HOST_SPLIT)  # fmt: skip
     print(
         f"{'':16s} host {host_ms:.2f} ms/step ({split}), waiting for the device "
-        f"{wait_ms:.2f} ms/step"
+        f"{wait_ms:.2f} ms/step; {num_mixed} steps with prompt work, "
+        f"{figures['mixed_ms_per_step']:.1f} ms each"
     )
     return figures

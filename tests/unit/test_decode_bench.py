@@ -38,7 +38,8 @@ def test_host_time_splits_into_the_engine_s_parts_per_step():
     from mlx_paged.bench.decode import _step_counters, _step_split
 
     names = ("", "_wait", "_build", "_dispatch", "_deliver")
-    metrics = SimpleNamespace(decode_steps_total=0,
+    metrics = SimpleNamespace(decode_steps_total=0, mixed_steps_total=3,
+                              mixed_step_seconds_total=0.2,
                               **{f"decode{n}_seconds_total": 0.0 for n in names})  # fmt: skip
     llm = SimpleNamespace(engine=SimpleNamespace(metrics=metrics))
     before = _step_counters(llm)
@@ -47,8 +48,11 @@ def test_host_time_splits_into_the_engine_s_parts_per_step():
     metrics.decode_seconds_total, metrics.decode_wait_seconds_total = 0.05, 0.01
     metrics.decode_build_seconds_total, metrics.decode_dispatch_seconds_total = 0.015, 0.02
     metrics.decode_deliver_seconds_total, metrics.decode_steps_total = 0.004, 10
+    # and 2 steps with prompt work, 0.09 s together (their ramp), counted apart.
+    metrics.mixed_steps_total, metrics.mixed_step_seconds_total = 5, 0.29
     figures = _step_split(llm, before)
     assert figures == pytest.approx({
         "host_ms_per_step": 4.0, "wait_ms_per_step": 1.0, "build_ms_per_step": 1.5,
         "dispatch_ms_per_step": 2.0, "deliver_ms_per_step": 0.4, "other_ms_per_step": 0.1,
+        "mixed_steps": 2, "mixed_ms_per_step": 45.0,
     })  # fmt: skip
