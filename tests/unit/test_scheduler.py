@@ -182,7 +182,7 @@ def test_at_the_pacers_ceiling_decode_rows_leave_the_chunks_whole():
     every prompt would cost a step of its own)."""
     s = Scheduler(max_num_seqs=64, max_num_prefill_seqs=8, prefill_step_size=2048,
                   prefill_align=64)  # fmt: skip
-    pacer = StepPacer(0.5, 8 * 2048 + 64)  # as EngineCore builds it
+    pacer = StepPacer(0.5, 8 * 2048 + 64)  # as the engine builds it
     pacer.observe(16384, 0.09)  # 16k prompt tokens in 90 ms: the target fits far more
     s.step_token_budget = pacer.budget
     for i in range(8):
