@@ -46,6 +46,20 @@ HOST_PARTS = ("build", "dispatch", "deliver")
 HOST_SPLIT = (*HOST_PARTS, "other")
 
 
+def _missing_note(runs: tuple, present: list[str]) -> str:
+    """Which runs left out a method that others have (a column needs every batch's run)."""
+    missing = [
+        f"`{k}` at batch {r['batch']}"
+        for r in runs for k in DECODE_METHODS
+        if k not in present and k not in r["methods"] and any(k in o["methods"] for o in runs)
+    ]  # fmt: skip
+    if not missing:
+        return ""
+    return (f"Not run, so without a column: {', '.join(missing)} (every method's engine stays "
+            "loaded for the whole run: where they and `BatchGenerator` did not fit the card's "
+            "memory, the run left one out).\n")  # fmt: skip
+
+
 def decode(*runs: dict) -> str:
     present = [k for k in DECODE_METHODS if all(k in r["methods"] for r in runs)]
     split = all("build_ms_per_step" in default_method(r) for r in runs)
@@ -92,9 +106,7 @@ mlx-paged bench decode --batch B --repeats R --methods paged_kernel \\
     paged_kernel_lean_fused paged_kernel_mlx_lm_forward
 ```
 
-At batch 64 the run leaves out `paged_kernel`: three engines beside `BatchGenerator` ran out of
-the H100's 80 GB; a column is shown where every batch has it.
-
+{_missing_note(runs, present)}
 Results: {", ".join(f"`bench/results/{name}`" for name in DECODE_RUNS)} ({run["device"]},
 MLX {run["mlx"]}).
 
