@@ -7,6 +7,7 @@ import importlib
 
 from mlx_paged.bench.decode import DEFAULT_METHODS, ENGINE_METHODS
 from mlx_paged.cli.bench_kernels import add_kernels_bench
+from mlx_paged.cli.bench_trace import add_trace_bench
 from mlx_paged.kernels.quantized_pages import KV_BITS, KV_GROUP_SIZES
 
 
@@ -32,6 +33,7 @@ def add_bench_parsers(sub: argparse._SubParsersAction) -> None:
     _add_prefill(sub)
     _add_kv_quality(sub)
     _add_ops(sub)
+    add_trace_bench(sub, _bench("device_trace"))
 
 
 def _add_random_llama_model(p: argparse.ArgumentParser) -> None:
