@@ -115,7 +115,8 @@ def format_summary(s: dict) -> str:
 
 
 def _traced_run(llm, prompts: list, new: int) -> tuple[list[dict], dict]:
-    """The trace events of one `llm.generate` and the engine's host split per decode step."""
+    """The trace events of one `llm.generate`, and the engine's host split per decode step
+    with the run's seconds."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -127,8 +128,10 @@ def _traced_run(llm, prompts: list, new: int) -> tuple[list[dict], dict]:
     params = SamplingParams(max_tokens=new, ignore_eos=True)
     before = _step_counters(llm)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        tic = time.perf_counter()
         llm.generate(prompts, params)
-    engine = _step_split(llm, before)
+        seconds = time.perf_counter() - tic
+    engine = _step_split(llm, before) | {"traced_seconds": seconds}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.json")
         prof.export_chrome_trace(path)
@@ -156,16 +159,14 @@ def main(args) -> int:
         try:
             for _ in range(2):  # warm-up, which also caches the prompts
                 llm.generate(prompts, SamplingParams(max_tokens=args.new, ignore_eos=True))
-            tic = time.perf_counter()
             events, engine = _traced_run(llm, prompts, args.new)
-            wall = time.perf_counter() - tic
         finally:
             llm.engine.shutdown()
     summary = summarize(events)
     print(format_summary(summary))
     result = {"model": args.model or "random llama 1B", "device": device_name(),
               "mlx": mx.__version__, "batch": args.batch, "prompt_tokens": args.prompt,
-              "new_tokens": args.new, "traced_seconds": wall, "engine": engine,
+              "new_tokens": args.new, "engine": engine,
               "decode_window": summary}  # fmt: skip
     write_result(result, args.out)
     return 0
