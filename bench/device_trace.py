@@ -14,7 +14,6 @@ import collections
 import json
 import os
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -120,17 +119,12 @@ def _traced_run(llm, prompts: list, new: int) -> tuple[list[dict], dict]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from mlx_paged import SamplingParams
-
-    from .decode import _step_counters, _step_split
+    from .decode import _step_counters, _step_split, _timed_engine
 
     torch.cuda.init()
-    params = SamplingParams(max_tokens=new, ignore_eos=True)
     before = _step_counters(llm)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        tic = time.perf_counter()
-        llm.generate(prompts, params)
-        seconds = time.perf_counter() - tic
+        seconds = _timed_engine(llm, prompts, new)
     engine = _step_split(llm, before) | {"traced_seconds": seconds}
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.json")
@@ -144,9 +138,10 @@ def main(args) -> int:
     `args.out`."""
     import mlx.core as mx
 
-    from mlx_paged import LLM, SamplingParams
+    from mlx_paged import LLM
 
-    from .random_models import build_random_model
+    from .decode import _timed_engine
+    from .random_models import RANDOM_MODELS, build_random_model
 
     if not mx.cuda.is_available():
         raise SystemExit("bench trace needs MLX's CUDA backend (and PyTorch with CUDA)")
@@ -158,13 +153,13 @@ def main(args) -> int:
                   prefill_step_size=args.prompt, enable_prefix_caching=True)  # fmt: skip
         try:
             for _ in range(2):  # warm-up, which also caches the prompts
-                llm.generate(prompts, SamplingParams(max_tokens=args.new, ignore_eos=True))
+                _timed_engine(llm, prompts, args.new)
             events, engine = _traced_run(llm, prompts, args.new)
         finally:
             llm.engine.shutdown()
     summary = summarize(events)
     print(format_summary(summary))
-    result = {"model": args.model or "random llama 1B", "device": device_name(),
+    result = {"model": args.model or RANDOM_MODELS["llama-1b"][2], "device": device_name(),
               "mlx": mx.__version__, "batch": args.batch, "prompt_tokens": args.prompt,
               "new_tokens": args.new, "engine": engine,
               "decode_window": summary}  # fmt: skip
