@@ -42,6 +42,7 @@ _ARG_TYPES = {
     "a_log": "float",  # the gated-delta decode step's decay rate, fp32 as mlx-lm reads it
     "eps": "float",  # the layer kernels' RMSNorm epsilon
     "positions": "int32_t",
+    "slots": "int32_t",  # the page-writing qkv_rope's flat slot per row
 }
 
 

@@ -31,8 +31,8 @@ ELEMENT_THREADS = 256  # threadgroup size of `swiglu`'s one thread a value
 @dataclass(frozen=True)
 class LayerKernelSpec:
     """One layer kernel (`kind`) on one backend and dtype; `qkv_rope` also at one head layout
-    (`qkn`: with qwen3's per-head RMSNorm of queries and keys), e.g.
-    `qkv_rope_cuda_bf16_hd128_h32k8_qkn`, `add_rms_norm_metal_f16`."""
+    (`qkn`: with qwen3's per-head RMSNorm of queries and keys; `pages`: writing keys and values
+    into the pages), e.g. `qkv_rope_cuda_bf16_hd128_h32k8_qkn`, `add_rms_norm_metal_f16`."""
 
     kind: str
     backend: str
@@ -41,6 +41,7 @@ class LayerKernelSpec:
     num_heads: int = 0
     num_kv_heads: int = 0
     qk_norm: bool = False
+    writes_pages: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS or self.backend not in BACKENDS or self.dtype not in DTYPES:
@@ -49,7 +50,7 @@ class LayerKernelSpec:
         if self.kind == "qkv_rope":
             if min(heads) < 1 or self.head_dim % 2 or self.num_heads % self.num_kv_heads:
                 raise UnsupportedSpecError(f"{self.name}: needs an even head size and GQA heads")
-        elif any(heads) or self.qk_norm:
+        elif any(heads) or self.qk_norm or self.writes_pages:
             raise UnsupportedSpecError(f"{self.name}: only qkv_rope takes a head layout")
 
     @property
@@ -57,8 +58,8 @@ class LayerKernelSpec:
         base = f"{self.kind}_{self.backend}_{DTYPE_SHORT.get(self.dtype, self.dtype)}"
         if self.kind != "qkv_rope":
             return base
-        norm = "_qkn" if self.qk_norm else ""
-        return f"{base}_hd{self.head_dim}_h{self.num_heads}k{self.num_kv_heads}{norm}"
+        flags = ("_qkn" if self.qk_norm else "") + ("_pages" if self.writes_pages else "")
+        return f"{base}_hd{self.head_dim}_h{self.num_heads}k{self.num_kv_heads}{flags}"
 
     @property
     def threads(self) -> int:
@@ -77,9 +78,11 @@ class LayerKernelSpec:
                 return cls(kind, backend, dtype)
             head_dim, heads = int(rest[0].removeprefix("hd")), rest[1].removeprefix("h")
             num_heads, num_kv_heads = (int(x) for x in heads.split("k"))
-            if rest[2:] not in ([], ["qkn"]):
+            flags = rest[2:]
+            if flags not in ([], ["qkn"], ["pages"], ["qkn", "pages"]):
                 raise ValueError(name)
-            return cls(kind, backend, dtype, head_dim, num_heads, num_kv_heads, rest[2:] != [])
+            return cls(kind, backend, dtype, head_dim, num_heads, num_kv_heads, "qkn" in flags,
+                       "pages" in flags)  # fmt: skip
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise UnsupportedSpecError(
                 f"{name!r} is not a layer kernel name (e.g. add_rms_norm_metal_bf16, "
@@ -99,6 +102,8 @@ def define(spec: LayerKernelSpec) -> KernelDefinition:
     inputs, outputs = _NAMES[spec.kind]
     if spec.qk_norm:
         inputs = (*inputs, "q_norm", "k_norm", "eps")
+    if spec.writes_pages:
+        inputs, outputs = (*inputs, "k_pages", "v_pages", "slots"), outputs[:1]
     return check_definition(
         KernelDefinition(
             name=spec.name,
@@ -122,12 +127,13 @@ def build(spec: LayerKernelSpec):
 
 
 @functools.cache
-def _kernel(kind: str, backend: str, dtype: mx.Dtype, heads=(0, 0, 0), qk_norm=False):
+def _kernel(kind: str, backend: str, dtype: mx.Dtype, heads=(0, 0, 0), qk_norm=False,
+            writes_pages=False):  # fmt: skip
     """The kernel object a launcher calls, by plain key: no spec is built and checked again on
     every call of a decode step."""
     head_dim, num_heads, num_kv_heads = heads
     spec = LayerKernelSpec(kind, backend, _dtype_name(dtype), head_dim, num_heads, num_kv_heads,
-                           qk_norm)  # fmt: skip
+                           qk_norm, writes_pages)  # fmt: skip
     return build(spec)
 
 
@@ -183,25 +189,56 @@ def qkv_rope(
     rotated at `positions` `(B,)` by `inv_freq` (the angle of each rotated pair per position),
     after per-head RMSNorm with `norms` = (q weight, k weight, eps) where given. One kernel;
     the caller runs the model's own ops off the GPU."""
+    rows, (num_heads, num_kv_heads, head_dim) = qkv.shape[0], heads
+    shapes = [(rows, num_heads, 1, head_dim)] + [(rows, num_kv_heads, head_dim)] * 2
+    return tuple(_qkv_rope_call(qkv, positions, inv_freq, heads, backend, norms, [], shapes))
+
+
+def qkv_rope_into_pages(
+    qkv: mx.array,
+    positions: mx.array,
+    inv_freq: mx.array,
+    heads: tuple[int, int, int],
+    backend: str,
+    norms: tuple[mx.array, mx.array, float] | None,
+    pages: tuple[mx.array, mx.array],
+    slots: mx.array,
+) -> mx.array:
+    """`qkv_rope`'s queries, with row b's keys and values written into the flat 16-bit
+    `pages` `(slots, Hkv, D)` (K, V) at `slots[b]` by the same kernel, in place: MLX does
+    not know of the write, so only an attention that takes these queries may read the pages
+    in this step, and nothing may hold another view of them."""
+    k_pages, v_pages = pages
+    for array in pages:
+        if array.dtype != qkv.dtype or array.shape[1:] != (heads[1], heads[2]):
+            raise UnsupportedSpecError(
+                f"qkv_rope: pages {array.shape} {array.dtype} do not hold {qkv.dtype} rows of "
+                f"{heads[1]} heads of {heads[2]}"
+            )
+    shape = (qkv.shape[0], heads[0], 1, heads[2])
+    extra = [k_pages, v_pages, slots.reshape(-1).astype(mx.int32)]
+    return _qkv_rope_call(qkv, positions, inv_freq, heads, backend, norms, extra, [shape])[0]
+
+
+def _qkv_rope_call(qkv, positions, inv_freq, heads, backend, norms, pages: list, shapes: list):
+    """One `qkv_rope` kernel node: `pages` (K pages, V pages, slots) or none; `shapes` its
+    outputs'."""
     num_heads, num_kv_heads, head_dim = heads
     if norms is not None and {norms[0].dtype, norms[1].dtype} != {qkv.dtype}:
         raise UnsupportedSpecError(f"qkv_rope: the norm weights must be {qkv.dtype}")
     kernel = _kernel("qkv_rope", backend, qkv.dtype, (head_dim, num_heads, num_kv_heads),
-                     norms is not None)  # fmt: skip
-    rows = qkv.shape[0]
+                     norms is not None, bool(pages))  # fmt: skip
     inputs = [qkv, positions.astype(mx.int32), inv_freq.astype(mx.float32)]
     if norms is not None:
         inputs += [norms[0], norms[1], constant(float(norms[2]), mx.float32, backend)]
-    dtype = qkv.dtype
-    return tuple(kernel(
-        inputs=inputs,
-        template=[("T", dtype)],
-        grid=(rows * (num_heads + 2 * num_kv_heads) * 32, 1, 1),
+    return kernel(
+        inputs=inputs + pages,
+        template=[("T", qkv.dtype)],
+        grid=(qkv.shape[0] * (num_heads + 2 * num_kv_heads) * 32, 1, 1),
         threadgroup=(32, 1, 1),
-        output_shapes=[(rows, num_heads, 1, head_dim), (rows, num_kv_heads, head_dim),
-                       (rows, num_kv_heads, head_dim)],
-        output_dtypes=[dtype] * 3,
-    ))  # fmt: skip
+        output_shapes=shapes,
+        output_dtypes=[qkv.dtype] * len(shapes),
+    )
 
 
 def _dtype_name(dtype: mx.Dtype) -> str:
@@ -228,14 +265,19 @@ def sample_call(spec: LayerKernelSpec) -> tuple:
     if spec.qk_norm:
         inputs += [mx.zeros((head_dim,), dtype)] * 2 + [mx.array([1e-6], mx.float32)]
     shapes = [(rows, heads, 1, head_dim)] + [(rows, kv_heads, head_dim)] * 2
-    return 32, inputs, shapes, [dtype] * 3, (rows * (heads + 2 * kv_heads) * 32, 1, 1)
+    if spec.writes_pages:
+        inputs += [mx.zeros((64, kv_heads, head_dim), dtype)] * 2 + [mx.zeros((rows,), mx.int32)]
+        shapes = shapes[:1]
+    grid = (rows * (heads + 2 * kv_heads) * 32, 1, 1)
+    return 32, inputs, shapes, [dtype] * len(shapes), grid
 
 
 def layer_kernel_specs(backend: str) -> list[LayerKernelSpec]:
     """A sample in which each kind, dtype and head layout appears (compile checks, `kernels
     list`)."""
     specs = [LayerKernelSpec(kind, backend, dtype) for kind in KINDS[:2] for dtype in DTYPES]
-    layouts = [(64, 32, 8, False), (128, 32, 8, True), (128, 16, 16, False), (80, 12, 4, False)]
+    layouts = [(64, 32, 8, False, False), (128, 32, 8, True, False), (128, 16, 16, False, True),
+               (128, 32, 8, True, True), (80, 12, 4, False, False)]  # fmt: skip
     specs += [
         LayerKernelSpec("qkv_rope", backend, DTYPES[i % len(DTYPES)], *layout)
         for i, layout in enumerate(layouts)

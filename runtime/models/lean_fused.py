@@ -4,11 +4,12 @@
 three nodes of SwiGLU, and a reshape, a split and two RoPE nodes (four more RMSNorm-related ones
 for qwen3) to get rotated heads out of the stacked q/k/v projection. `FusedDecode` runs the same
 blocks as: the add and the next norm in one kernel (`add_rms_norm`), the heads cut, normed and
-rotated in one (`qkv_rope`, which hands the page write its rows as they are), and SwiGLU read
-from the stacked gate/up output in one (`swiglu`), and the attention kernel hands back rows
-the output projection reads as they are: a llama layer is then 11 graph nodes (`mlx-paged bench
-ops`). The kernels run where the pool's decode backend is a GPU; elsewhere each
-call is its MLX reference, which is mlx-lm's own ops, so the step's tokens are mlx-lm's.
+rotated in one (`qkv_rope`, which hands the page write its rows as they are, or on CUDA writes
+them into the pages itself), and SwiGLU read from the stacked gate/up output in one (`swiglu`),
+and the attention kernel hands back rows the output projection reads as they are: a llama layer
+is then 11 graph nodes, 9 on CUDA (`mlx-paged bench ops`). The kernels run where the pool's
+decode backend is a GPU; elsewhere each call is its MLX reference, which is mlx-lm's own ops, so
+the step's tokens are mlx-lm's.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 
-from mlx_paged.kernels.layer_kernels import add_rms_norm, qkv_rope, swiglu
+from mlx_paged.kernels.layer_kernels import add_rms_norm, qkv_rope, qkv_rope_into_pages, swiglu
 from mlx_paged.kv.attention_hook import decode_rows_attention, paged_scaled_dot_product_attention
 from mlx_paged.kv.paged_cache import PagedMask
 from mlx_paged.kv.rope_fusion import DeferredRoPE, rope_inv_freq
@@ -76,6 +77,11 @@ def _attention(layer: FusedLayer, x: mx.array, cache, window: int | None, backen
     K/V written to the pages as `(B, Hkv, D)` rows, then the pages' decode attention."""
     y = layer.qkv(x)
     meta, attn = cache.metadata, layer.block.self_attn
+    pages = _pages_written_in_place(cache, y.dtype, backend)
+    if pages is not None:
+        q = qkv_rope_into_pages(y, meta.offsets, layer.inv_freq, layer.heads, backend,
+                                layer.norms, pages, meta.slot_mapping.slots)  # fmt: skip
+        return attn.o_proj(decode_rows_attention(q, cache, attn.scale, window))
     if backend is None:
         q, k, v = _qkv_reference(layer, y, meta.offsets)
     else:
@@ -89,6 +95,20 @@ def _attention(layer: FusedLayer, x: mx.array, cache, window: int | None, backen
     out = paged_scaled_dot_product_attention(q, k, v, cache, scale=attn.scale,
                                              mask=PagedMask(window))  # fmt: skip
     return attn.o_proj(out.reshape(x.shape[0], -1))
+
+
+def _pages_written_in_place(cache, dtype: mx.Dtype, backend: str | None):
+    """The layer's flat K and V pages for `qkv_rope` to write this step's rows into in place:
+    on CUDA, in a plain decode step over 16-bit pages of `dtype` in the layer's own shape.
+    Elsewhere (None) the pool scatters the rows. CUDA runs the steps' kernels in one stream's
+    order; MLX's Metal backend orders kernels only through outputs, so nothing there would
+    keep this write behind the last step's reads of the same pages."""
+    pool, meta = cache.pool, cache.metadata
+    plain = meta.decode_rows is None and meta.num_query_tokens == 1 and not meta.rope_in_attention
+    if backend != "cuda" or pool.quantized or not plain or pool.layer_views[cache.layer]:
+        return None
+    pages = pool.pages[pool.layer_array[cache.layer]]
+    return (pages.k, pages.v) if pages.k.dtype == dtype == pages.v.dtype else None
 
 
 def rotated_heads(attn, y: mx.array, heads: tuple[int, int, int], offset):

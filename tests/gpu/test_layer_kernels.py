@@ -11,7 +11,8 @@ from mlx_lm import load
 from tiny_models import build_model, mlx_lm_greedy
 
 from mlx_paged import LLM, SamplingParams
-from mlx_paged.kernels.layer_kernels import add_rms_norm, qkv_rope, swiglu
+from mlx_paged.bench import ops
+from mlx_paged.kernels.layer_kernels import add_rms_norm, qkv_rope, qkv_rope_into_pages, swiglu
 from mlx_paged.kernels.paged_attention import current_backend
 from mlx_paged.kernels.paged_attention_reference import rotate_half_rope
 
@@ -105,3 +106,58 @@ def test_fused_steps_give_mlx_lms_tokens_on_the_gpu(tmp_path, model_type):
                   compile_decode=compiled)  # fmt: skip
         got = llm.generate(prompts, SamplingParams(max_tokens=24, ignore_eos=True))
         assert [r.token_ids for r in got] == expected, compiled
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_qkv_rope_into_pages_writes_each_rows_keys_and_values_at_its_slot(qk_norm):
+    """The page-writing form: the same queries, and the keys and values `qkv_rope` returns
+    written at each row's slot; every other page row as it was."""
+    num_heads, num_kv_heads, head_dim, rows, dtype = 8, 2, 64, 5, mx.bfloat16
+    heads = (num_heads, num_kv_heads, head_dim)
+    qkv = _normal((rows, (num_heads + 2 * num_kv_heads) * head_dim), 8, dtype)
+    positions = mx.array([0, 3, 17, 200, 4000], dtype=mx.int32)
+    inv_freq = (10000.0 ** -(mx.arange(0, head_dim, 2) / head_dim)).astype(mx.float32)
+    norms = (_normal((head_dim,), 9, dtype), _normal((head_dim,), 10, dtype), 1e-6)
+    norms = norms if qk_norm else None
+    k_pages = _normal((96, num_kv_heads, head_dim), 11, dtype)
+    v_pages = _normal((96, num_kv_heads, head_dim), 12, dtype)
+    mx.eval(k_pages, v_pages)
+    k_before, v_before = np.array(k_pages.astype(mx.float32)), np.array(v_pages.astype(mx.float32))
+    slots = mx.array([40, 3, 95, 0, 64], dtype=mx.int32).reshape(-1, 1, 1)
+    backend = current_backend()
+    want_q, want_k, want_v = qkv_rope(qkv, positions, inv_freq, heads, backend, norms)
+    got_q = qkv_rope_into_pages(qkv, positions, inv_freq, heads, backend, norms,
+                                (k_pages, v_pages), slots)  # fmt: skip
+    mx.eval(got_q)
+    assert mx.array_equal(got_q, want_q).item()
+    written = np.array(slots).reshape(-1)
+    k_after, v_after = np.array(k_pages.astype(mx.float32)), np.array(v_pages.astype(mx.float32))
+    np.testing.assert_array_equal(k_after[written], np.array(want_k.astype(mx.float32)))
+    np.testing.assert_array_equal(v_after[written], np.array(want_v.astype(mx.float32)))
+    kept = np.setdiff1d(np.arange(96), written)
+    np.testing.assert_array_equal(k_after[kept], k_before[kept])
+    np.testing.assert_array_equal(v_after[kept], v_before[kept])
+
+
+def test_fused_cuda_layer_is_nine_nodes_with_no_page_scatter():
+    """On CUDA qkv_rope writes the pages: a fused llama layer is five kernels and four
+    matmuls, with no scatter (`bench ops` on the GPU)."""
+    if current_backend() != "cuda":
+        pytest.skip("the page-writing qkv_rope runs on CUDA only")
+    counts = ops.family_ops("llama", "cuda")
+    assert counts["fused_per_layer_by_primitive"] == {"CustomKernel": 5, "Matmul": 4}
+    assert counts["fused_ops_per_layer"] == 9
+
+
+def test_fused_steps_keep_mlx_lms_tokens_through_preemption_and_prefix_hits(tmp_path):
+    """Few blocks preempt rows mid-decode, and a second round reads the prompts' cached
+    blocks: the pages the kernel wrote in place hold what mlx-lm's cache holds."""
+    path = str(build_model(tmp_path / "llama", "llama", head_dim=64, num_attention_heads=4,
+                           num_key_value_heads=2))  # fmt: skip
+    prompts = [list(range(5, 40)), list(range(7, 30)), list(range(30, 70)), [9, 8, 7]]
+    expected = mlx_lm_greedy(load(path)[0], prompts, 40)
+    llm = LLM(path, num_blocks=12, block_size=16, lean_decode="fused")
+    for _ in range(2):
+        got = llm.generate(prompts, SamplingParams(max_tokens=40, ignore_eos=True))
+        assert [r.token_ids for r in got] == expected
+    assert llm.engine.metrics.preemptions_total > 0

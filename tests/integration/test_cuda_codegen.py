@@ -114,9 +114,15 @@ def test_layer_kernels_compile_without_spilling():
     for spec in specs:
         report = check_cuda_source(layer_kernels.define(spec))
         assert report.spill_bytes == 0 and 0 < report.registers <= 64, (spec.name, report)
-    unit = wrap(layer_kernels.define(specs[-3]))  # qkv_rope with qwen3's norms, bf16
+    unit = wrap(layer_kernels.define(layer_kernels.LayerKernelSpec.parse(
+        "qkv_rope_cuda_bf16_hd128_h32k8_qkn")))  # fmt: skip
     assert "const int32_t* positions" in unit and "const float* rope_inv_freq" in unit
     assert "const __nv_bfloat16* q_norm" in unit and "__nv_bfloat16* queries" in unit
+    # The page-writing form takes the pages as MLX passes inputs and returns only queries.
+    writes = layer_kernels.LayerKernelSpec.parse("qkv_rope_cuda_bf16_hd128_h32k8_qkn_pages")
+    unit = wrap(layer_kernels.define(writes))
+    assert "const __nv_bfloat16* k_pages" in unit and "const int32_t* slots" in unit
+    assert "__nv_bfloat16* keys," not in unit and "const_cast<T*>(v_pages)" in unit
 
 
 def test_signature_is_mlx_shaped():

@@ -55,6 +55,7 @@ GOLDEN_SPECS = [
     LayerKernelSpec.parse("add_rms_norm_metal_bf16"),
     LayerKernelSpec.parse("swiglu_metal_bf16"),
     LayerKernelSpec.parse("qkv_rope_metal_bf16_hd128_h32k8_qkn"),
+    LayerKernelSpec.parse("qkv_rope_metal_bf16_hd128_h32k8_pages"),
 ]
 
 

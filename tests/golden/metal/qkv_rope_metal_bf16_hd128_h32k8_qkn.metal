@@ -22,8 +22,9 @@ const int64_t qr_row = qr_unit / ALL_HEADS;
 const int qr_head = int(qr_unit % ALL_HEADS);
 const int qr_lane = thread_index_in_threadgroup;
 const device T* qr_x = qkv + qr_unit * HEAD_DIM;
+const int64_t qr_kv_row = qr_row;
 if (qr_head >= HEADS + KV_HEADS) {
-  device T* qr_dst = values + (qr_row * KV_HEADS + (qr_head - HEADS - KV_HEADS)) * HEAD_DIM;
+  device T* qr_dst = values + (qr_kv_row * KV_HEADS + (qr_head - HEADS - KV_HEADS)) * HEAD_DIM;
   for (int dim = qr_lane; dim < HEAD_DIM; dim += 32) qr_dst[dim] = qr_x[dim];
 } else {
   const bool qr_is_query = qr_head < HEADS;
@@ -37,7 +38,7 @@ if (qr_head >= HEADS + KV_HEADS) {
   const float qr_scale = precise::rsqrt(qr_acc / HEAD_DIM + eps[0]);
   device T* qr_dst = qr_is_query
       ? queries + (qr_row * HEADS + qr_head) * HEAD_DIM
-      : keys + (qr_row * KV_HEADS + (qr_head - HEADS)) * HEAD_DIM;
+      : keys + (qr_kv_row * KV_HEADS + (qr_head - HEADS)) * HEAD_DIM;
   const float qr_pos = static_cast<float>(positions[qr_row]);
   const int qr_half = rope_inv_freq_shape[0];
   for (int dim = qr_lane; dim < HEAD_DIM; dim += 32) {
