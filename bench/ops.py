@@ -128,9 +128,15 @@ def paged_step_nodes(model_dir: Path, backend: str, lean_decode: str = "on") -> 
     engine = llm.engine
     engine.add_request(PROMPT, SamplingParams(max_tokens=64, ignore_eos=True))
     engine.drain_inbox()
-    for _ in range(3):
-        engine.step()
     runner = engine.runner
+    # The prompt enters in as many steps as the pacer allows (fewer where it has measured
+    # steps, as on a GPU after warm-up); then two decode steps.
+    for _ in range(len(PROMPT)):
+        if runner.decode_rows:
+            break
+        engine.step()
+    for _ in range(2):
+        engine.step()
     runner.pool.decode_backend = backend
     samplings = [r.runtime.sampling for r in runner.decode_rows]
 
@@ -139,7 +145,10 @@ def paged_step_nodes(model_dir: Path, backend: str, lean_decode: str = "on") -> 
         written = runner._written()
         return [tokens, *(x for p in written[0] for x in p), *written[1]]
 
-    nodes = traced_nodes(step, runner.next_tokens)
+    inputs = runner.next_tokens
+    if inputs is None:  # a lone row's tokens go out as they come (the engine's `emit_pending`)
+        inputs = mx.array([r.last_token_id for r in runner.decode_rows], mx.uint32)
+    nodes = traced_nodes(step, inputs)
     engine.shutdown()
     return nodes
 

@@ -57,7 +57,13 @@ def _missing_note(runs: tuple, present: list[str]) -> str:
         return ""
     return (f"Not run, so without a column: {', '.join(missing)} (every method's engine stays "
             "loaded for the whole run: where they and `BatchGenerator` did not fit the card's "
-            "memory, the run left one out).\n")  # fmt: skip
+            "memory, the run left one out).\n\n")  # fmt: skip
+
+
+def _methods_run(runs: tuple) -> list[str]:
+    """The engine methods any of `runs` timed, in the table's order (the command's list)."""
+    engines = [k for k in DECODE_METHODS if k != "batch_generator"]
+    return [k for k in engines if any(k in r["methods"] for r in runs)]
 
 
 def decode(*runs: dict) -> str:
@@ -88,6 +94,7 @@ def decode(*runs: dict) -> str:
         if floor
         else ""
     )
+    files = ", ".join(f"`bench/results/{name}`" for name in DECODE_RUNS)
     return f"""## End-to-end decode throughput
 
 What: decode tokens/s of the whole engine on a {run["model"]}, prompts of
@@ -102,12 +109,10 @@ the step's graph, MLX's dispatch of it (`mx.async_eval`), delivering its tokens,
 rest, for the default step.{floor_note}
 
 ```bash
-mlx-paged bench decode --batch B --repeats R --methods paged_kernel \\
-    paged_kernel_lean_fused paged_kernel_mlx_lm_forward
+mlx-paged bench decode --batch B --repeats R --methods {" ".join(_methods_run(runs))}
 ```
 
-{_missing_note(runs, present)}
-Results: {", ".join(f"`bench/results/{name}`" for name in DECODE_RUNS)} ({run["device"]},
+{_missing_note(runs, present)}Results: {files} ({run["device"]},
 MLX {run["mlx"]}).
 
 {_table(header, rows)}

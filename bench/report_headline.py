@@ -43,7 +43,7 @@ def headline(
     served = serve_rows(serve)[-1]
     rows = [
         [
-            f"served over HTTP, 1B llama, {served['level']} (H200)",
+            f"served over HTTP, 1B llama, {served['level']} ({_gpu_name(serve)})",
             _link(f"{served['ours_tok_s']:,.0f} out tok/s", "serving-over-http"),
             f"`mlx_lm.server` {served['peer_tok_s']:,.0f} out tok/s",
             f"{served['ratio']:.2f}x",

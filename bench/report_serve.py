@@ -6,8 +6,8 @@ from __future__ import annotations
 from .report_table import table as _table
 from .serve_report import rows as serve_rows
 
-SERVE_RUN = "h200-serve-llama1b.json"
-SERVE_PLOT = "h200-serve-llama1b.png"
+SERVE_RUN = "h100-serve-llama1b.json"
+SERVE_PLOT = "h100-serve-llama1b.png"
 CPU_SERVE_RUN = "cpu-serve-smollm2.json"
 CPU_SERVE_COMMAND = (
     "mlx-paged bench serve --concurrency 1 8 --prompt-tokens 128 --max-tokens 32 --min-requests 8"
