@@ -216,7 +216,11 @@ def qkv_rope_into_pages(
                 f"{heads[1]} heads of {heads[2]}"
             )
     shape = (qkv.shape[0], heads[0], 1, heads[2])
-    extra = [k_pages, v_pages, slots.reshape(-1).astype(mx.int32)]
+    if slots.dtype != mx.int32 or slots.size != qkv.shape[0]:
+        raise UnsupportedSpecError(
+            f"qkv_rope: slots must be int32, one a row, not {slots.dtype} {slots.shape}"
+        )
+    extra = [k_pages, v_pages, slots]  # as given: a reshape would be one more node a layer
     return _qkv_rope_call(qkv, positions, inv_freq, heads, backend, norms, extra, [shape])[0]
 
 
