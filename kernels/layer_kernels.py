@@ -207,7 +207,8 @@ def qkv_rope_into_pages(
     """`qkv_rope`'s queries, with row b's keys and values written into the flat 16-bit
     `pages` `(slots, Hkv, D)` (K, V) at `slots[b]` by the same kernel, in place: MLX does
     not know of the write, so only an attention that takes these queries may read the pages
-    in this step, and nothing may hold another view of them."""
+    in this step. The pages must be row-contiguous arrays of their own (the pool's are): MLX
+    would hand the kernel a copy of any other, and the write would be lost with it."""
     k_pages, v_pages = pages
     for array in pages:
         if array.dtype != qkv.dtype or array.shape[1:] != (heads[1], heads[2]):
