@@ -107,8 +107,8 @@ def _pages_written_in_place(cache, dtype: mx.Dtype, backend: str | None):
     plain = meta.decode_rows is None and meta.num_query_tokens == 1 and not meta.rope_in_attention
     if backend != "cuda" or pool.quantized or not plain or pool.layer_views[cache.layer]:
         return None
-    pages = pool.pages[pool.layer_array[cache.layer]]
-    return (pages.k, pages.v) if pages.k.dtype == dtype == pages.v.dtype else None
+    k, v = pool.flat_side(cache.layer, 0), pool.flat_side(cache.layer, 1)
+    return (k, v) if k.dtype == dtype == v.dtype else None
 
 
 def rotated_heads(attn, y: mx.array, heads: tuple[int, int, int], offset):
