@@ -213,12 +213,26 @@ def test_when_every_connection_is_busy_a_new_one_gets_503(srv):
             sock.close()
     # The server recovers: a slot frees once a hung-up stream's handler ends. (A second check
     # right after a 200 could race the first check's own handler, still busy answering it.)
+    # The hung-up streams must be gone too, or their slots may still fill the cap for the tests
+    # after this one.
     deadline = time.monotonic() + 60
     status, body = _health_status(srv)
     while status != 200 and time.monotonic() < deadline:
         time.sleep(0.2)
         status, body = _health_status(srv)
     assert status == 200, f"/health: {status} {body!r}\n{srv.log()[-3000:]}"
+    while _metric(srv, "mlx_paged_requests_running") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _health_status(srv)[0] == 200
+
+
+def _metric(srv, name: str) -> float:
+    """The value of the /metrics line that starts with `name` (0 where there is none)."""
+    with urllib.request.urlopen(srv.url + "/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def _health_status(srv) -> tuple[int, bytes]:
@@ -245,11 +259,7 @@ def test_a_half_closed_client_still_gets_its_answer(srv, stream):
 
 def test_a_client_that_hangs_up_on_a_plain_request_cancels_it(srv):
     def aborted() -> float:
-        with urllib.request.urlopen(srv.url + "/metrics", timeout=10) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith('mlx_paged_requests_finished_total{reason="abort"}'):
-                    return float(line.rsplit(" ", 1)[1])
-        return 0.0
+        return _metric(srv, 'mlx_paged_requests_finished_total{reason="abort"}')
 
     before = aborted()
     body = {"messages": HI, "max_tokens": 1000, "logit_bias": {"2": -100}}
