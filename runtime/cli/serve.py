@@ -120,6 +120,7 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
         prefill_itl_ratio=args.prefill_itl_ratio or None,
         draft_model=args.draft_model,
         num_draft_tokens=args.num_draft_tokens,
+        step_log=args.step_log,
     )
 
 

@@ -8,8 +8,8 @@ from mlx_paged.cli.arg_types import non_negative_float, positive, ratio_or_zero
 
 
 def add_step_args(p: argparse.ArgumentParser) -> None:
-    """`--no-prefix-caching`, `--prefill-chunk-seconds`, `--prefill-itl-ratio` and
-    `--max-num-batched-tokens`."""
+    """`--no-prefix-caching`, `--prefill-chunk-seconds`, `--prefill-itl-ratio`,
+    `--max-num-batched-tokens` and `--step-log`."""
     p.add_argument(
         "--no-prefix-caching",
         action="store_true",
@@ -31,7 +31,7 @@ def add_step_args(p: argparse.ArgumentParser) -> None:
         help="while streams decode, how many decode steps' time a step with prompt work may "
         "take (its prompt work keeps at least a third of it): prompts arriving together enter "
         "over several steps instead of stretching every stream's next token (paged path, with "
-        "--prefill-chunk-seconds; e.g. 3.5; default 0: off)",
+        "--prefill-chunk-seconds; e.g. 3; default 0: off)",
     )
     p.add_argument(
         "--max-num-batched-tokens",
@@ -40,4 +40,12 @@ def add_step_args(p: argparse.ArgumentParser) -> None:
         help="most tokens a step runs while requests decode, decode rows included: prompts "
         "are prefilled in chunks inside decode steps, so running streams keep their pace; a "
         "step with nothing decoding runs whole chunks (paged path; default: no budget)",
+    )
+    p.add_argument(
+        "--step-log",
+        default=None,
+        metavar="PATH",
+        help="append one JSON line a step to PATH: its wall time, prompt and generated tokens, "
+        "whether prompt chunks rode in its decode forward, and its build / dispatch / device "
+        "wait split (to find the steps behind long inter-token gaps; default: none)",
     )

@@ -56,6 +56,8 @@ class EngineConfig:
             (prompt lookup over each request's own tokens) or a smaller model sharing the
             tokenizer (a folder or hub name); None turns it off.
         num_draft_tokens: most tokens a draft holds (`--num-draft-tokens`).
+        step_log: a file to append a JSON line to for every step (`engine/step_log.py`,
+            `--step-log`); None writes none.
     """
 
     kv_paged: bool = True
@@ -81,6 +83,12 @@ class EngineConfig:
     kv_groups: bool = True
     draft_model: str | None = None
     num_draft_tokens: int = 4
+    step_log: str | None = None
+
+    @property
+    def step_token_ceiling(self) -> int:
+        """A step's most tokens: every prefilling request's whole chunk, and the decode rows."""
+        return self.max_num_prefill_seqs * self.prefill_step_size + self.max_num_seqs
 
     @property
     def k_bits(self) -> int:

@@ -27,6 +27,7 @@ from mlx_paged.engine.request_checks import RequestLimits, context_length
 from mlx_paged.engine.request_stream import RequestStream
 from mlx_paged.engine.runner_setup import build_runner
 from mlx_paged.engine.scheduler import Scheduler
+from mlx_paged.engine.step_log import StepLog
 from mlx_paged.engine.step_pacer import StepPacer
 from mlx_paged.engine.step_recovery import StepRecovery
 from mlx_paged.engine.stop_checker import StopChecker
@@ -78,9 +79,7 @@ class Engine(EngineInbox, StepRecovery):
             start_in_decode=self.kv is not None,
         )
         seconds = config.prefill_chunk_seconds if self.kv is not None else None
-        # A step's most tokens: every prefilling request's whole chunk, and the decode rows.
-        most_tokens = config.max_num_prefill_seqs * config.prefill_step_size + config.max_num_seqs
-        self.pacer = StepPacer(seconds, most_tokens, config.prefill_itl_ratio)
+        self.pacer = StepPacer(seconds, config.step_token_ceiling, config.prefill_itl_ratio)
         self._set_step_budgets()
         # The paged runner runs a step's prefill chunks inside its decode forward.
         self._mixes = getattr(self.runner, "mixes_prefill", False)
@@ -88,6 +87,7 @@ class Engine(EngineInbox, StepRecovery):
         self.router = OutputRouter(tokenizer, self.abort) if sink is None else None
         self._sink = sink or self.router.route
         self.metrics = EngineMetrics()
+        self.step_log = StepLog(config.step_log)
         self._xtc_special = tuple(tokenizer.encode("\n")) + tuple(sorted(tokenizer.eos_token_ids))
         logits = model(mx.array([[0]]))  # no cache: only the logits' width and dtype matter
         # Token ids index both the tokenizer and the logits: the smaller bounds them.
@@ -197,6 +197,7 @@ class Engine(EngineInbox, StepRecovery):
         """One continuous-batching step: decode the running rows, then the prompt work."""
         self.warm_up()
         mark = self.pacer.mark(self.metrics)
+        logged = self.step_log.mark(self)
         try:
             with mx.stream(self._stream):
                 self._step()
@@ -206,6 +207,7 @@ class Engine(EngineInbox, StepRecovery):
             self.failed_steps_in_a_row = 0
             self.pacer.after_step(self.metrics, mark)
             self._set_step_budgets()
+        self.step_log.record(self, logged, failed=self.failed_steps_in_a_row > 0)
 
     def _set_step_budgets(self) -> None:
         self.scheduler.step_token_budget = self.pacer.budget

@@ -64,6 +64,7 @@ class LLM:
         draft_model: "ngram" drafts tokens by prompt lookup for speculative decoding
             (paged path); None (the default) decodes one token a step.
         num_draft_tokens: most tokens a draft holds.
+        step_log: a file to append one JSON line a step to (`engine/step_log.py`); None: none.
     """
 
     def __init__(
@@ -93,6 +94,7 @@ class LLM:
         kv_groups: bool = True,
         draft_model: str | None = None,
         num_draft_tokens: int = 4,
+        step_log: str | None = None,
     ):
         config = EngineConfig(
             kv_paged=kv_paged,
@@ -117,6 +119,7 @@ class LLM:
             kv_groups=kv_groups,
             draft_model=draft_model,
             num_draft_tokens=num_draft_tokens,
+            step_log=step_log,
         )
         self.model, self.tokenizer, self.model_id, model_config = load_model(model, chat_template)
         self.engine = Engine(self.model, self.tokenizer, config, model_config)

@@ -3,15 +3,19 @@ keeps that step within `ratio` times a decode-only step.
 
 Such a step costs a fixed part (its decode rows, the eager forward that carries the chunks)
 plus a part per prompt token, so the cap fits `seconds = fixed + per_token * tokens` to recent
-steps by least squares and offers the tokens that fit the target. A fixed part near the target
-must not starve prompts: the prompt work may always take a third of the step
-(`fixed / (2 * per_token)` tokens). Until steps of different sizes are measured, the cap starts
-at `FIRST_TOKENS` and doubles, so that the first steps do not stall every stream; before any
-decode-only step, a decode step is taken to cost the fixed part.
+steps and offers the tokens that fit the target. The fit is Theil-Sen's (the median slope of
+pairs of steps whose sizes differ by half, then the median intercept): one step that met a new
+kernel or graph and took a second must not tilt it. A fixed part near the target must not
+starve prompts: the prompt work may always take a third of the step (`fixed / (2 *
+per_token)` tokens). Until two sizes are measured the cap explores from `FIRST_TOKENS`: half
+the last step's size where that step overran the target, twice it where it did not, so the
+sizes differ at once; before any decode-only step, a decode step is taken to cost the fixed
+part.
 """
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import deque
 
@@ -19,6 +23,7 @@ FIRST_TOKENS = 256  # the first step's prompt tokens while streams decode, befor
 ALIGN_TOKENS = 64  # the cap is a multiple of this (chunks the scheduler cuts stay aligned)
 DECODE_STEPS_KEPT = 9  # recent decode-only steps whose median is "a decode step"
 MIXED_STEPS_KEPT = 32  # recent steps with prompt work that the fit reads
+SPLIT = 1.5  # two steps' sizes this far apart tell the fixed part from the per-token one
 
 
 class MixedStepCap:
@@ -48,25 +53,39 @@ class MixedStepCap:
     def budget(self) -> int:
         """Prompt tokens for the next step that runs beside decode rows."""
         fit = self.fit()
-        if fit is None:  # no sizes that differ yet: twice the largest, so the next ones do
-            return max(FIRST_TOKENS, 2 * max((n for n, _ in self.mixed_steps), default=0))
+        if fit is None:
+            return self._explore()
         fixed, per_token = fit
         decode = statistics.median(self.decode_steps) if self.decode_steps else fixed
         tokens = max(self.ratio * decode - fixed, fixed / 2) / per_token
-        return max(ALIGN_TOKENS, int(tokens) // ALIGN_TOKENS * ALIGN_TOKENS)
+        return _aligned(tokens)
+
+    def _explore(self) -> int:
+        """Before a fit: `FIRST_TOKENS`, then half or twice the last step's size, whichever
+        keeps to the target (twice, before a decode step is known)."""
+        if not self.mixed_steps:
+            return FIRST_TOKENS
+        tokens, seconds = self.mixed_steps[-1]
+        tokens = max(tokens, FIRST_TOKENS)
+        overran = self.decode_steps and seconds > self.ratio * statistics.median(self.decode_steps)
+        return _aligned(tokens / 2 if overran else 2 * tokens)
 
     def fit(self) -> tuple[float, float] | None:
-        """`(fixed seconds, seconds a prompt token)` of recent steps with prompt work, by least
-        squares once their sizes differ by half and one reached `FIRST_TOKENS` (a few tokens'
-        cost is lost in a step's noise); until then, or where the slope comes out non-positive,
-        the last good fit (None before one)."""
-        sizes = [n for n, _ in self.mixed_steps]
-        if len(sizes) < 2 or 2 * max(sizes) < 3 * min(sizes) or max(sizes) < FIRST_TOKENS:
-            return self._last_fit
-        mean_n = statistics.fmean(sizes)
-        mean_s = statistics.fmean(s for _, s in self.mixed_steps)
-        spread = sum((n - mean_n) ** 2 for n in sizes)
-        per_token = sum((n - mean_n) * (s - mean_s) for n, s in self.mixed_steps) / spread
-        if per_token > 0:
-            self._last_fit = (max(mean_s - per_token * mean_n, 0.0), per_token)
+        """`(fixed seconds, seconds a prompt token)` of recent steps with prompt work: the median
+        slope over pairs whose sizes differ by `SPLIT` and whose larger one reached
+        `FIRST_TOKENS` (a few tokens' cost is lost in a step's noise), then the median
+        intercept; where no pair qualifies or the slope is not positive, the last good fit
+        (None before one)."""
+        slopes = [(s2 - s1) / (n2 - n1)
+                  for (n1, s1), (n2, s2) in itertools.combinations(self.mixed_steps, 2)
+                  if max(n1, n2) >= max(SPLIT * min(n1, n2), FIRST_TOKENS)]  # fmt: skip
+        if slopes:
+            per_token = statistics.median(slopes)
+            if per_token > 0:
+                fixed = statistics.median(s - per_token * n for n, s in self.mixed_steps)
+                self._last_fit = (max(fixed, 0.0), per_token)
         return self._last_fit
+
+
+def _aligned(tokens: float) -> int:
+    return max(ALIGN_TOKENS, int(tokens) // ALIGN_TOKENS * ALIGN_TOKENS)

@@ -76,24 +76,25 @@ class StepPacer:
         else:
             self.seconds_per_token = old + SMOOTHING * (cost - old)
 
-    def mark(self, metrics) -> tuple[int, int, float, int | None]:
-        """What `after_step` compares with: the engine's token counters, the time now and the
-        budget the step runs under."""
+    def mark(self, metrics) -> tuple:
+        """What `after_step` compares with: the engine's token counters, its counts of prompt
+        work (mixed steps, prefill seconds), the time now and the budget the step runs under."""
         return (metrics.prompt_tokens_total, metrics.generation_tokens_total,
-                time.perf_counter(), self.budget)  # fmt: skip
+                _chunk_work(metrics), time.perf_counter(), self.budget)  # fmt: skip
 
-    def after_step(self, metrics, mark: tuple[int, int, float, int | None]) -> int | None:
+    def after_step(self, metrics, mark: tuple) -> int | None:
         """Observe the step since `mark`; returns the next step's budget. A step with prompt
         work is observed if its tokens (prompt and decode rows) filled at least half its budget:
         a step of a few tokens (prompts' last tokens) costs mostly its fixed overhead and would
-        undersize the next chunks. `mixed_cap` sees decode-only steps and those with prompt
-        work beside decode rows."""
-        prompt, generated, tic, budget = mark
+        undersize the next chunks. `mixed_cap` sees the steps with decode rows: as steps with
+        prompt work where prompt chunks ran, else as decode steps (rows that start feed their
+        last prompt token as a decode row does)."""
+        prompt, generated, chunk_work, tic, budget = mark
         seconds = time.perf_counter() - tic
         num_prompt = metrics.prompt_tokens_total - prompt
         num_generated = metrics.generation_tokens_total - generated
         if self.mixed_cap is not None and num_generated > 0:
-            if num_prompt:
+            if _chunk_work(metrics) != chunk_work:
                 self.mixed_cap.observe_mixed(num_prompt, seconds)
             else:
                 self.mixed_cap.observe_decode(seconds)
@@ -101,3 +102,8 @@ class StepPacer:
         if budget is not None and num_prompt > 0 and 2 * num_tokens >= budget:
             self.observe(num_tokens, seconds)
         return self.budget
+
+
+def _chunk_work(metrics) -> tuple[int, float]:
+    """Counters that move when prompt chunks run: in a decode forward, or in one of their own."""
+    return metrics.mixed_steps_total, metrics.prefill_seconds_total

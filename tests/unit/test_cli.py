@@ -49,6 +49,9 @@ def test_decode_step_flags_reach_the_engine_config():
     args = build_parser().parse_args(["serve", "--compile-decode", "off", "--fused-rope", "auto"])
     config = engine_config(args)
     assert (config.compile_decode, config.fused_rope) == ("off", "auto")
+    assert config.step_log is None and config.prefill_itl_ratio is None
+    args = build_parser().parse_args(["serve", "--step-log", "s.jsonl", "--prefill-itl-ratio", "3"])
+    assert (engine_config(args).step_log, engine_config(args).prefill_itl_ratio) == ("s.jsonl", 3)
     with pytest.raises(ValueError, match="compile_decode must be one of auto, on, off"):
         EngineConfig(compile_decode="yes")
 

@@ -10,16 +10,43 @@ def test_the_ratio_must_exceed_one():
         MixedStepCap(1.0)
 
 
-def test_starts_small_and_doubles_until_two_sizes_can_be_told_apart():
-    cap = MixedStepCap(4.0)
+def test_explores_from_the_first_size_by_halving_or_doubling_the_last_step():
+    cap = MixedStepCap(3.0)
     assert cap.budget == FIRST_TOKENS
-    cap.observe_mixed(3, 0.004)  # three rows starting, no chunk: the first budget still holds
-    cap.observe_mixed(9, 0.004)  # sizes 3x apart, but a few tokens' cost is noise
-    assert cap.fit() is None and cap.budget == FIRST_TOKENS
-    cap.observe_mixed(256, 0.010)
-    cap.observe_mixed(300, 0.011)
-    cap.mixed_steps.popleft(), cap.mixed_steps.popleft()
-    assert cap.fit() is None and cap.budget == 600  # 300 / 256: too close to split the parts
+    cap.observe_mixed(256, 0.010)  # no decode step known yet: twice the last size
+    assert cap.fit() is None and cap.budget == 512
+    cap.mixed_steps.clear()
+    cap.observe_decode(0.004)
+    cap.observe_mixed(300, 0.011)  # kept to 12 ms: twice, in 64s
+    assert cap.budget == 576
+    cap.observe_mixed(300, 0.013)  # overran it: half; two equal sizes tell nothing apart
+    assert cap.fit() is None and cap.budget == 128
+    cap.mixed_steps.clear()
+    cap.observe_mixed(3, 0.020)  # three rows' last tokens: explored from the first size
+    assert cap.fit() is None and cap.budget == 128
+
+
+def test_steps_all_of_one_size_are_halved_until_the_parts_can_be_told_apart():
+    cap = MixedStepCap(3.0)
+    for _ in range(3):
+        cap.observe_decode(0.003)
+    for _ in range(5):  # 8 prompts of 512 tokens a step: the same size every time
+        cap.observe_mixed(4096, 0.030)
+    assert cap.fit() is None and cap.budget == 2048
+    cap.observe_mixed(2048, 0.0165)  # 3 ms fixed, 13.5 ms for 2,048 tokens
+    fixed, per_token = cap.fit()
+    assert fixed == pytest.approx(0.003) and per_token == pytest.approx(0.0135 / 2048)
+    assert cap.budget == 896  # 9 ms - 3 ms: 910 tokens, in 64s
+
+
+def test_one_slow_step_does_not_tilt_the_fit():
+    cap = MixedStepCap(4.0)
+    cap.observe_decode(0.004)
+    for n in (256, 512, 1024, 256, 512, 1024):
+        cap.observe_mixed(n, 0.006 + n * 1e-5)
+    cap.observe_mixed(512, 1.3)  # this step met a new graph
+    fixed, per_token = cap.fit()
+    assert fixed == pytest.approx(0.006) and per_token == pytest.approx(1e-5)
 
 
 def test_fits_the_target_from_a_fixed_and_a_per_token_part():

