@@ -192,9 +192,14 @@ def choose_attention_paths(
     if mx.default_device() == mx.gpu and mx.cuda.is_available():
         pool.prefill_align = CUDA_PREFILL_ALIGN
         pool.prefill_shapes = cuda_prefill_shapes(layout)
+        pool.bucket_mixed_steps = True
     if not rules.plain and fused_rope != "off":  # "on" was refused at setup
         logger.info("decode attention without fused RoPE: the model's attention has %s", rules)
         fused_rope = "off"
     rope = enable_fused_rope(model, layout, pool, fused_rope)
     if pool.decode_backend is not None:
+        # Per-head 16-bit pages, read after the step's writes: latent rows decode in the
+        # absorbed form, chunks over quantized pages attend their fresh K/V as prompts do, and
+        # RoPE in attention writes a row's keys only after it attended.
+        pool.chunks_as_rows = not (layout.latent or pool.quantized or rope)
         warm_up_kernels(pool.decode_backend, layout, pool.block_size, rope, bits, rules)

@@ -21,6 +21,12 @@ from mlx_paged.kv.shape_buckets import bucket
 from mlx_paged.kv.state_pool import StatePool
 from mlx_paged.request import PromptSchedule, Request
 from mlx_paged.runner.block_table import BlockTable
+from mlx_paged.runner.chunk_rows import (
+    CHUNK_ROW_READS,
+    chunk_row_reads,
+    mixed_step_rows,
+    with_chunk_rows,
+)
 from mlx_paged.runner.compiled_decode import CompiledDecode
 from mlx_paged.runner.group_metadata import decode_metadata, mixed_metadata, prefill_metadata
 from mlx_paged.runner.hybrid_states import HybridStates, prefill_segments
@@ -103,11 +109,12 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
         """What a decode forward writes: the pages, and a hybrid's decode-batch state."""
         return [self.pool.pages, self.states.decode.arrays if self.states is not None else []]
 
-    def _decode_batch(self, padded: bool, rows: np.ndarray | None = None, context_lens=None):
+    def _decode_batch(self, padded: bool, rows: np.ndarray | None = None, context_lens=None,
+                      min_rows: int = 0):  # fmt: skip
         """The query rows' count, lengths, and per KV cache group their tables and slots for
-        this step, with the rows and tables padded to the compiled steps' buckets when
-        `padded`. One query per decode row, unless `rows` says whose table each query reads
-        and `context_lens` how far (a speculative step's)."""
+        this step, with the rows and tables padded to the compiled steps' buckets (and the rows
+        to at least `min_rows`) when `padded`. One query per decode row, unless `rows` says
+        whose table each query reads and `context_lens` how far (a speculative step's)."""
         if context_lens is None:
             # The scheduler already counted the fed token: it sits at num_computed_tokens - 1.
             context_lens = np.fromiter(
@@ -115,7 +122,8 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
             )
         num_rows, width = len(context_lens), max(t.sync() for t in self.block_tables)
         if padded:
-            num_rows, width = bucket(num_rows), bucket(width, MIN_COMPILED_TABLE_BLOCKS)
+            num_rows = max(bucket(num_rows), min_rows)
+            width = bucket(width, MIN_COMPILED_TABLE_BLOCKS)
         tables, slots = [], []
         for table in self.block_tables:
             group_tables, lens, group_slots = table.decode_inputs(
@@ -175,13 +183,26 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
     def _mixed(self, inputs: mx.array, prefill: list[tuple[Request, int]]) -> mx.array:
         """Logits of the decode rows from one eager forward that also runs `prefill`'s chunks:
         each chunk token is a row of one token after the decode rows (its own position, its
-        own slot), and attention splits them again (`PagedAttentionMetadata.decode_rows`)."""
-        # Padded as compiled steps are, so the decode kernels meet few shapes.
-        real, tables, lens, slots = self._decode_batch(padded=True)
-        # The decode rows' own metadata is built once here, not sliced in every layer.
-        decode = decode_metadata(tables, lens, slots)
-        metas, ids = mixed_metadata(self.kv, decode, lens, slots, prefill, self.batches_chunks)
-        tokens = mx.concatenate([_padded(inputs, len(lens)), mx.array(ids, inputs.dtype)])
+        own slot). Where the pool has decode kernels and the chunks' reads allow, the rows are
+        plain decode rows (`runner/chunk_rows.py`); else attention splits them again
+        (`PagedAttentionMetadata.decode_rows`). Rows are padded as compiled steps' are, and
+        where the pool buckets mixed steps, to few sizes in all."""
+        chunk_tokens = sum(n for _, n in prefill)
+        rows = mixed_step_rows(len(self.decode_rows), chunk_tokens, self.pool.bucket_mixed_steps)
+        as_rows = self.pool.chunks_as_rows and chunk_row_reads(prefill) <= CHUNK_ROW_READS
+        # As rows, padding rows follow the chunk tokens; else the decode rows take the padding.
+        padding = 0 if as_rows else rows - chunk_tokens
+        real, tables, lens, slots = self._decode_batch(padded=True, min_rows=padding)
+        num_decode = len(lens)
+        if as_rows:
+            tables, lens, slots, ids = with_chunk_rows(self.kv, prefill, tables, lens, slots, rows)
+            metas = decode_metadata(tables, lens, slots)
+        else:  # the decode rows' own metadata is built once here, not sliced in every layer
+            decode = decode_metadata(tables, lens, slots)
+            metas, ids = mixed_metadata(self.kv, decode, lens, slots, prefill,
+                                        self.batches_chunks)  # fmt: skip
+        tokens = mx.concatenate([_padded(inputs, num_decode), mx.array(ids, inputs.dtype)])
+        tokens = _padded(tokens, len(lens) if as_rows else len(tokens))
         with forward_on(self.pool):
             caches = self._caches(metas)
             if self.lean is not None:  # every row one token: the lean step takes them too

@@ -9,6 +9,8 @@ from test_paged_engine import TEXTS, assert_pool_full, params, reference
 from tiny_models import build_model
 
 from mlx_paged import LLM, SamplingParams
+from mlx_paged.runner import chunk_rows
+from mlx_paged.runner.chunk_rows import MIXED_STEP_MIN_ROWS
 
 
 def test_rows_start_in_the_decode_forward(tiny_model_dir):
@@ -72,6 +74,61 @@ def test_prefill_chunks_run_in_the_decode_forward(tiny_model_dir):
     assert decoding_at_prefill and not any(decoding_at_prefill)
     assert runner.pool.attention_calls["causal_rows", "prefill"] > 0
     assert_pool_full(llm)
+
+
+def _mixed_forwards(tiny_model_dir, as_rows: bool):
+    """The engine on a tiny llama with mixed steps bucketed (CUDA's setting, forced here) and
+    chunks as rows or not; per mixed forward, (its rows, whether attention splits them)."""
+    llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
+              max_num_seqs=3, max_num_batched_tokens=12, prefill_step_size=4)  # fmt: skip
+    runner = llm.engine.runner
+    runner.pool.bucket_mixed_steps, runner.pool.chunks_as_rows = True, as_rows
+    forwards, caches, mixed = [], runner._caches, runner._mixed
+    in_mixed = []
+
+    def recorded_mixed(inputs, prefill):
+        in_mixed.append(True)
+        try:
+            return mixed(inputs, prefill)
+        finally:
+            in_mixed.pop()
+
+    def recorded(metas, *rest):
+        if in_mixed:
+            forwards.append((len(metas[0].slot_mapping.slots), metas[0].decode_rows is not None))
+        return caches(metas, *rest)
+
+    runner._mixed, runner._caches = recorded_mixed, recorded
+    prompts = [llm.tokenizer.encode(t) for t in TEXTS]
+    for prompt, p, r in zip(prompts, params(llm), llm.generate(prompts, params(llm))):
+        assert r.token_ids == reference(llm, prompt, p.max_tokens)
+    assert_pool_full(llm)
+    return forwards
+
+
+def test_bucketed_mixed_steps_pad_decode_rows_to_few_sizes(tiny_model_dir):
+    """Where the pool buckets mixed steps, a mixed step's decode rows are padded so that they
+    and its chunk tokens come to one of few sizes, at least `MIXED_STEP_MIN_ROWS`; the padding
+    rows change no token. A few rows and chunks of at most 12 tokens: always the fewest."""
+    forwards = _mixed_forwards(tiny_model_dir, as_rows=False)
+    assert forwards and set(forwards) == {(MIXED_STEP_MIN_ROWS, True)}
+
+
+def test_chunk_tokens_run_as_decode_rows(tiny_model_dir):
+    """Where the pool's decode has kernels (forced here on the reference), a mixed step's
+    chunk tokens are plain decode rows: attention does not split the forward, and the tokens
+    stay mlx-lm's."""
+    forwards = _mixed_forwards(tiny_model_dir, as_rows=True)
+    assert forwards and set(forwards) == {(MIXED_STEP_MIN_ROWS, False)}
+
+
+def test_chunks_reading_too_much_as_rows_attend_as_prefill(tiny_model_dir, monkeypatch):
+    """Chunks whose rows would read more than `CHUNK_ROW_READS` context tokens a layer keep
+    the prefill path (its split attention)."""
+    monkeypatch.setattr(chunk_rows, "CHUNK_ROW_READS", 0)
+    monkeypatch.setattr("mlx_paged.runner.paged_runner.CHUNK_ROW_READS", 0)
+    forwards = _mixed_forwards(tiny_model_dir, as_rows=True)
+    assert forwards and all(split for _, split in forwards)
 
 
 def test_a_prompt_down_to_its_last_token_starts_with_the_decode_batch(tiny_model_dir):

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from mlx_paged.kv.shape_buckets import bucket
+from mlx_paged.kv.shape_buckets import bucket, fine_bucket
 from mlx_paged.runner.block_table import BlockTable
 
 
@@ -15,6 +15,12 @@ def _blocks(*ids):
 def test_bucket_pads_to_powers_of_two_above_a_minimum():
     assert [bucket(n) for n in (1, 2, 3, 5, 8, 9, 64, 65)] == [1, 2, 4, 8, 8, 16, 64, 128]
     assert bucket(3, minimum=8) == 8 and bucket(0) == 1
+
+
+def test_fine_bucket_pads_to_four_sizes_an_octave():
+    sizes = [fine_bucket(n) for n in (5, 8, 9, 300, 513, 1024, 4097)]
+    assert sizes == [5, 8, 10, 320, 640, 1024, 5120]
+    assert fine_bucket(3, minimum=256) == 256 and fine_bucket(300, per_octave=2) == 384
 
 
 def test_rows_gain_blocks_in_place_and_give_tables_lengths_and_slots():
