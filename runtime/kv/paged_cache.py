@@ -116,9 +116,9 @@ class PagedKVPool:
         # Prefill attention in power-of-two buckets, warmed before serving (`PrefillShapes`);
         # set on CUDA by the paged setup, None elsewhere.
         self.prefill_shapes = None
-        # Set on CUDA by the paged setup: a mixed step pads its decode rows so that its rows in
-        # all come in few sizes (`MIXED_STEP_MIN_ROWS`), as MLX's CUDA graphs and cuBLAS pay
-        # for every new row count (a graph built, a kernel chosen) on the engine thread.
+        # Set on CUDA by the paged setup: a mixed step is padded so that its rows in all come in
+        # few sizes (`runner/chunk_rows.py`), as MLX's CUDA graphs and cuBLAS pay for every new
+        # row count (a graph built, a kernel chosen) on the engine thread.
         self.bucket_mixed_steps = False
         # Set by the paged setup where decode runs kernels: a mixed step's chunk tokens attend as
         # decode rows of their own, within `CHUNK_ROW_READS` (`runner/chunk_rows.py`).

@@ -1,13 +1,13 @@
 """Prefill chunks that ride in a decode forward as decode rows of their own.
 
-A chunk attended as prefill costs its own gathers, pads and SDPA in every layer: on CUDA about
-90 graph nodes a layer for one chunk and 135 for four, against a decode layer's 9, and MLX pays
-its host time per node, so a step carrying 64 prompt tokens took 11 ms where a decode step took
-3.4 ms (H100, random llama 1B). As rows, each chunk token is one query over its request's pages
-up to its own position: the step is a plain decode step of more rows, one decode kernel call a
-layer, whose K/V writes come before its reads. The price is that every chunk token reads its
-whole context from the pages, so chunks go this way only while what they read in all stays
-under `CHUNK_ROW_READS` context tokens a layer.
+A chunk attended as prefill costs its own gathers, pads and SDPA in every layer (a CPU count of
+a mixed step's graph: 88 nodes a layer with one chunk, 135 with four, where a fused decode layer
+has 9 on CUDA), and MLX pays its host time per node, so a step carrying 64 prompt tokens took
+11 ms where a decode step took 3.4 ms (H100, random llama 1B). As rows, each chunk token is one
+query over its request's pages up to its own position: the step is a plain decode step of more
+rows, one decode kernel call a layer, whose K/V writes come before its reads. The price is that
+every chunk token reads its whole context from the pages, so chunks go this way only while what
+they read in all stays under `CHUNK_ROW_READS` context tokens a layer.
 """
 
 from __future__ import annotations
