@@ -46,8 +46,10 @@ class MixedStepCap:
         self.decode_steps.append(seconds)
 
     def observe_mixed(self, prompt_tokens: int, seconds: float) -> None:
-        """Record a step that ran `prompt_tokens` prompt tokens beside decode rows."""
+        """Record a step that ran `prompt_tokens` prompt tokens beside decode rows, and fit the
+        recent ones again (here, not in every step's `budget`: the pairs are a few hundred)."""
         self.mixed_steps.append((prompt_tokens, seconds))
+        self._refit()
 
     @property
     def budget(self) -> int:
@@ -71,11 +73,15 @@ class MixedStepCap:
         return _aligned(tokens / 2 if overran else 2 * tokens)
 
     def fit(self) -> tuple[float, float] | None:
-        """`(fixed seconds, seconds a prompt token)` of recent steps with prompt work: the median
-        slope over pairs whose sizes differ by `SPLIT` and whose larger one reached
-        `FIRST_TOKENS` (a few tokens' cost is lost in a step's noise), then the median
+        """`(fixed seconds, seconds a prompt token)` of recent steps with prompt work (None
+        before a good fit)."""
+        return self._last_fit
+
+    def _refit(self) -> None:
+        """The median slope over pairs whose sizes differ by `SPLIT` and whose larger one
+        reached `FIRST_TOKENS` (a few tokens' cost is lost in a step's noise), then the median
         intercept; where no pair qualifies or the slope is not positive, the last good fit
-        (None before one)."""
+        stays."""
         slopes = [(s2 - s1) / (n2 - n1)
                   for (n1, s1), (n2, s2) in itertools.combinations(self.mixed_steps, 2)
                   if max(n1, n2) >= max(SPLIT * min(n1, n2), FIRST_TOKENS)]  # fmt: skip
@@ -84,7 +90,6 @@ class MixedStepCap:
             if per_token > 0:
                 fixed = statistics.median(s - per_token * n for n, s in self.mixed_steps)
                 self._last_fit = (max(fixed, 0.0), per_token)
-        return self._last_fit
 
 
 def _aligned(tokens: float) -> int:

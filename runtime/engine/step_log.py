@@ -54,4 +54,4 @@ class StepLog:
 
 
 def _counters(engine) -> list:
-    return [getattr(getattr(engine, owner), name, 0) for _, owner, name in COUNTERS]
+    return [getattr(getattr(engine, owner), name) for _, owner, name in COUNTERS]

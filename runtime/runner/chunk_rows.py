@@ -21,7 +21,6 @@ from mlx_paged.runner.group_metadata import group_pages, slots_of
 # reads 131k): beyond it, the pages re-read cost more than the prefill path's host time saves.
 CHUNK_ROW_READS = 1 << 18
 MIXED_STEP_MIN_ROWS = 256  # a bucketed mixed step's fewest rows, decode and chunk tokens
-MIN_TABLE_BLOCKS = 8  # as the compiled decode steps' tables
 
 
 def chunk_row_reads(prefill) -> int:
@@ -55,7 +54,7 @@ def with_chunk_rows(kv, prefill, tables: list, lens: np.ndarray, slots: list, to
     for g, (table, group_slots) in enumerate(zip(tables, slots)):
         pages = [group_pages(kv, r, g) for r, _ in prefill]
         needed = max(len(p) for p in pages)
-        width = max(table.shape[1], bucket(needed, MIN_TABLE_BLOCKS))
+        width = max(table.shape[1], bucket(needed))  # the decode tables' width is bucketed
         grown = np.zeros((total, width), np.int32)
         grown[: len(table), : table.shape[1]] = table
         at = len(table)

@@ -183,10 +183,9 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
     def _mixed(self, inputs: mx.array, prefill: list[tuple[Request, int]]) -> mx.array:
         """Logits of the decode rows from one eager forward that also runs `prefill`'s chunks:
         each chunk token is a row of one token after the decode rows (its own position, its
-        own slot). Where the pool has decode kernels and the chunks' reads allow, the rows are
-        plain decode rows (`runner/chunk_rows.py`); else attention splits them again
-        (`PagedAttentionMetadata.decode_rows`). Rows are padded as compiled steps' are, and
-        where the pool buckets mixed steps, to few sizes in all."""
+        own slot): plain decode rows where the pool has decode kernels and the chunks' reads
+        allow (`runner/chunk_rows.py`), else split again by attention (`decode_rows`). Rows are
+        padded as compiled steps' are, and where the pool buckets mixed steps, to few sizes."""
         chunk_tokens = sum(n for _, n in prefill)
         rows = mixed_step_rows(len(self.decode_rows), chunk_tokens, self.pool.bucket_mixed_steps)
         as_rows = self.pool.chunks_as_rows and chunk_row_reads(prefill) <= CHUNK_ROW_READS
@@ -202,7 +201,8 @@ class PagedRunner(SpeculativeDecoder, LookaheadDecoder, ModelRunner):
             metas, ids = mixed_metadata(self.kv, decode, lens, slots, prefill,
                                         self.batches_chunks)  # fmt: skip
         tokens = mx.concatenate([_padded(inputs, num_decode), mx.array(ids, inputs.dtype)])
-        tokens = _padded(tokens, len(lens) if as_rows else len(tokens))
+        if as_rows:  # the padding rows after the chunk tokens
+            tokens = _padded(tokens, len(lens))
         with forward_on(self.pool):
             caches = self._caches(metas)
             if self.lean is not None:  # every row one token: the lean step takes them too
