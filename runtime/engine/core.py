@@ -25,7 +25,7 @@ from mlx_paged.engine.output_router import OutputRouter
 from mlx_paged.engine.outputs import CoreOutput
 from mlx_paged.engine.request_checks import RequestLimits, context_length
 from mlx_paged.engine.request_stream import RequestStream
-from mlx_paged.engine.runner_setup import build_runner
+from mlx_paged.engine.runner_setup import build_runner, scheduling_limits
 from mlx_paged.engine.scheduler import Scheduler
 from mlx_paged.engine.step_log import StepLog
 from mlx_paged.engine.step_pacer import StepPacer
@@ -75,8 +75,7 @@ class Engine(EngineInbox, StepRecovery):
             prefill_step_size=config.prefill_step_size,
             max_num_batched_tokens=config.max_num_batched_tokens,
             kv=self.kv,
-            prefill_align=self.runner.pool.prefill_align if self.kv is not None else 1,
-            start_in_decode=self.kv is not None,
+            **scheduling_limits(self.runner, self.kv),
         )
         seconds = config.prefill_chunk_seconds if self.kv is not None else None
         self.pacer = StepPacer(seconds, config.step_token_ceiling, config.prefill_itl_ratio)

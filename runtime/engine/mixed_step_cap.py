@@ -80,16 +80,19 @@ class MixedStepCap:
     def _refit(self) -> None:
         """The median slope over pairs whose sizes differ by `SPLIT` and whose larger one
         reached `FIRST_TOKENS` (a few tokens' cost is lost in a step's noise), then the median
-        intercept; where no pair qualifies or the slope is not positive, the last good fit
-        stays."""
+        intercept. Where no pair qualifies (recent steps all of one size, as the cap makes
+        them) or the slope is not positive, the last good slope stays and the intercept follows
+        the recent steps: else a fit from dearer steps long past would hold the cap down."""
         slopes = [(s2 - s1) / (n2 - n1)
                   for (n1, s1), (n2, s2) in itertools.combinations(self.mixed_steps, 2)
                   if max(n1, n2) >= max(SPLIT * min(n1, n2), FIRST_TOKENS)]  # fmt: skip
-        if slopes:
-            per_token = statistics.median(slopes)
-            if per_token > 0:
-                fixed = statistics.median(s - per_token * n for n, s in self.mixed_steps)
-                self._last_fit = (max(fixed, 0.0), per_token)
+        per_token = statistics.median(slopes) if slopes else 0.0
+        if per_token <= 0:
+            if self._last_fit is None:
+                return
+            per_token = self._last_fit[1]
+        fixed = statistics.median(s - per_token * n for n, s in self.mixed_steps)
+        self._last_fit = (max(fixed, 0.0), per_token)
 
 
 def _aligned(tokens: float) -> int:

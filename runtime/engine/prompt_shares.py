@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from mlx_paged.runner.chunk_rows import row_reads, tokens_within_reads
+
 # Least prompt tokens a share gets beside decode rows under `MixedStepCap`: every chunk adds
 # its attention calls to the step's fixed cost, so fewer, larger chunks keep that step short.
 MIN_DECODING_SHARE = 256
@@ -28,3 +30,35 @@ def shared_grants(wants: list[int], budget: int, min_share: int) -> list[int]:
         grants[i] += extra
         left -= extra
     return grants
+
+
+def aligned_cut(start: int, n: int, budget: int, align: int, first: bool) -> int:
+    """Tokens of a chunk of `n` from `start` within `budget`: one cut short ends on a multiple
+    of `align`, so the next chunk's offset (an attention shape) repeats; unaligned only when it
+    would get no tokens and is the step's first, so prompts always progress."""
+    if n <= budget:
+        return n
+    end = (start + budget) // align * align
+    return end - start if end > start else (budget if first else 0)
+
+
+def within_row_reads(chunks: list[tuple[int, int]], reads: int, align: int) -> list[int]:
+    """Tokens of the granted chunks `(start, tokens)` of a step with decode rows such that they
+    read at most `reads` context tokens a layer as rows of that step (`runner/chunk_rows.py`),
+    in order: a chunk that does not fit whole is cut to what fits, ending on a multiple of
+    `align`, where that leaves it a share (`MIN_DECODING_SHARE`, or all it was granted); else
+    it waits for a later step. Where the first chunk cannot have that much, the step attends
+    its chunks as prefill, which reads no pages twice: the grants stand."""
+    out, left = [], reads
+    for start, n in chunks:
+        cost = row_reads(start, n)
+        if cost > left:
+            end = (start + tokens_within_reads(start, left)) // align * align
+            cut = max(end - start, 0)
+            if cut < min(MIN_DECODING_SHARE, n) and not any(out):
+                return [n for _, n in chunks]
+            n = cut if cut >= min(MIN_DECODING_SHARE, n) else 0
+            cost = row_reads(start, n)
+        out.append(n)
+        left -= cost
+    return out

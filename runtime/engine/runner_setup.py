@@ -4,6 +4,7 @@ path, with speculative decoding's drafter where `--draft-model` asks for one."""
 from __future__ import annotations
 
 from mlx_paged.engine.config import EngineConfig
+from mlx_paged.runner.chunk_rows import CHUNK_ROW_READS
 from mlx_paged.runner.contiguous_runner import ContiguousRunner
 from mlx_paged.runner.paged_setup import build_paged_path
 from mlx_paged.speculative.setup import draft_pool_share, enable_speculation, load_draft
@@ -27,3 +28,13 @@ def build_runner(model, model_type: str, config: EngineConfig, max_model_len: in
     )  # fmt: skip
     enable_speculation(runner, config, draft)
     return runner, kv
+
+
+def scheduling_limits(runner, kv) -> dict:
+    """The scheduler's arguments that follow from the runner: the paged path's chunk alignment,
+    its rows that start in the decode forward, and the reads of chunks that ride as rows."""
+    if kv is None:
+        return {"prefill_align": 1, "start_in_decode": False}
+    as_rows = runner.pool.chunks_as_rows
+    return {"prefill_align": runner.pool.prefill_align, "start_in_decode": True,
+            "chunk_read_limit": CHUNK_ROW_READS if as_rows else None}  # fmt: skip

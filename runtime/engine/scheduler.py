@@ -12,8 +12,8 @@ token):
      FCFS, within the step's token budget (`max_num_batched_tokens`) when rows decode: the
      decode rows and starting requests count one token each, so a long prompt is prefilled in
      chunks between decode steps instead of stalling them. On the paged path the engine's
-     pacer also sets a budget for every step (`StepPacer`), shared equally among prompts, and
-     a tighter one while rows decode (`MixedStepCap`).
+     pacer also sets a budget for every step (`StepPacer`), shared equally among prompts;
+     while rows decode, chunks ride as decode rows where they can (`within_row_reads`).
 The paged engine plans 2-4 before the step's decode forward and runs the chunks inside it.
 A request that is not batchable (a fixed seed) waits at the head of the queue until nothing
 else runs, then runs alone.
@@ -29,7 +29,8 @@ from __future__ import annotations
 from collections import deque
 
 from mlx_paged.engine.kv_space import KVSpace
-from mlx_paged.engine.prompt_shares import MIN_DECODING_SHARE, shared_grants
+from mlx_paged.engine.prompt_shares import MIN_DECODING_SHARE as MIN_SHARE
+from mlx_paged.engine.prompt_shares import aligned_cut, shared_grants, within_row_reads
 from mlx_paged.engine.step_pacer import MIN_TOKENS
 from mlx_paged.request import PromptSchedule, Request, RequestStatus
 
@@ -47,6 +48,9 @@ class Scheduler:
         kv: the paged KV path's admission and allocation (None: the contiguous path, which
             admits anything).
         prefill_align: chunks the budget cuts end on multiples of this (`prefill_align`).
+        chunk_read_limit: the most context tokens a paced step's chunks may read a layer as
+            rows of its decode forward (`CHUNK_ROW_READS`) while rows decode; None: the runner
+            runs no chunk as rows.
         start_in_decode: requests with one prompt token left join the running batch through
             `schedule_starting`, and the decode forward feeds that token (the paged path);
             else `schedule_prompts` starts them, for a forward of their own.
@@ -62,6 +66,7 @@ class Scheduler:
         kv: KVSpace | None = None,
         prefill_align: int = 1,
         start_in_decode: bool = False,
+        chunk_read_limit: int | None = None,
     ):
         if min(max_num_seqs, max_num_prefill_seqs, prefill_step_size) < 1:
             raise ValueError("max_num_seqs, max_num_prefill_seqs, prefill_step_size must be >= 1")
@@ -75,6 +80,7 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.prefill_align = prefill_align
         self.start_in_decode = start_in_decode
+        self.chunk_read_limit = chunk_read_limit
         self.max_num_prefill_seqs = max_num_prefill_seqs
         self.prefill_step_size = prefill_step_size
         self.kv = kv
@@ -191,9 +197,9 @@ class Scheduler:
             if rows and self.decoding_prompt_budget is not None:
                 # Each chunk adds attention calls to the step's fixed cost: fewer, larger ones.
                 paced = min(paced, self.decoding_prompt_budget)
-                share = max(share, MIN_DECODING_SHARE)
+                share = max(share, MIN_SHARE)
             paced = paced if budget is None else min(budget, paced)
-            out.prefill = self._shared_chunks(paced, share)
+            out.prefill = self._shared_chunks(paced, share, self.chunk_read_limit if rows else None)
         else:
             out.prefill = self._budget_chunks(budget)
         if out.prefill or out.starting or self.running:
@@ -221,7 +227,7 @@ class Scheduler:
             if n < 1:  # only its last token left: it starts with the next step's decode
                 continue
             if budget is not None:
-                n = self._cut_to_budget(req.num_computed_tokens, n, budget, not chunks)
+                n = aligned_cut(req.num_computed_tokens, n, budget, self.prefill_align, not chunks)
                 if n < 1:
                     break  # the step is full: the rest wait for the next one, in order
             if not self._chunk_fits(req, n):
@@ -236,17 +242,21 @@ class Scheduler:
         # The last prompt token is kept back: it starts the request (see start_in_decode).
         return min(req.num_prefill_tokens - 1 - req.num_computed_tokens, self.prefill_step_size)
 
-    def _shared_chunks(self, budget: int, min_share: int) -> list[tuple[Request, int]]:
+    def _shared_chunks(self, budget: int, min_share: int, reads: int | None):
         """Prompt chunks within a paced step's `budget`, granted by `shared_grants` in shares of
-        at least `min_share`; chunks cut short end on `prefill_align`."""
+        at least `min_share`, and within `reads` where the step decodes (`within_row_reads`):
+        its chunks then ride as decode rows; chunks cut short end on `prefill_align`."""
         wants = [(req, n) for req in self.prefilling if (n := self._chunk_want(req)) >= 1]
         if not wants:
             return []
         grants = shared_grants([n for _, n in wants], budget, min_share)
+        if reads is not None:
+            starts = [req.num_computed_tokens for req, _ in wants]
+            grants = within_row_reads(list(zip(starts, grants)), reads, self.prefill_align)
         out = []
         for (req, n), grant in zip(wants, grants):
             if grant < n:
-                grant = self._cut_to_budget(req.num_computed_tokens, n, grant, not out)
+                grant = aligned_cut(req.num_computed_tokens, n, grant, self.prefill_align, not out)
             if grant >= 1 and self._chunk_fits(req, grant):
                 req.num_computed_tokens += grant
                 out.append((req, grant))
@@ -271,15 +281,6 @@ class Scheduler:
                 req.status = RequestStatus.RUNNING
             self.running.extend(starting)
         return starting
-
-    def _cut_to_budget(self, start: int, n: int, budget: int, first: bool) -> int:
-        """A chunk the budget cuts short ends on a multiple of `prefill_align`, so the next
-        chunk's offset (an attention shape) repeats; unaligned only when it would get no
-        tokens and is the step's first, so prompts always progress."""
-        if n <= budget:
-            return n
-        end = (start + budget) // self.prefill_align * self.prefill_align
-        return end - start if end > start else (budget if first else 0)
 
     def finish(self, request: Request, status: RequestStatus) -> None:
         """Retire a request (finished, aborted or failed) from whichever queue holds it."""

@@ -12,6 +12,8 @@ they read in all stays under `CHUNK_ROW_READS` context tokens a layer.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from mlx_paged.kv.shape_buckets import bucket, fine_bucket
@@ -23,14 +25,22 @@ CHUNK_ROW_READS = 1 << 18
 MIXED_STEP_MIN_ROWS = 256  # a bucketed mixed step's fewest rows, decode and chunk tokens
 
 
+def row_reads(start: int, n: int) -> int:
+    """Context tokens a chunk of `n` tokens from position `start` reads a layer as rows: its
+    token i reads start + i + 1."""
+    return n * start + n * (n + 1) // 2
+
+
+def tokens_within_reads(start: int, reads: int) -> int:
+    """The most tokens a chunk from position `start` may take as rows within `reads`."""
+    b = 2 * start + 1  # row_reads(start, n) = n * (n + b) / 2
+    n = (math.isqrt(b * b + 8 * max(reads, 0)) - b) // 2
+    return n + 1 if row_reads(start, n + 1) <= reads else n
+
+
 def chunk_row_reads(prefill) -> int:
-    """Context tokens the chunks `(request, tokens)` read a layer as rows: token i of a chunk
-    from position s reads s + i + 1."""
-    total = 0
-    for request, n in prefill:
-        start = request.num_computed_tokens - n
-        total += n * start + n * (n + 1) // 2
-    return total
+    """Context tokens the chunks `(request, tokens)` of a step read a layer as rows."""
+    return sum(row_reads(request.num_computed_tokens - n, n) for request, n in prefill)
 
 
 def mixed_step_rows(decode_rows: int, chunk_tokens: int, bucketed: bool) -> int:

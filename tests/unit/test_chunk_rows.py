@@ -2,7 +2,15 @@
 
 from types import SimpleNamespace
 
-from mlx_paged.runner.chunk_rows import MIXED_STEP_MIN_ROWS, chunk_row_reads, mixed_step_rows
+import pytest
+
+from mlx_paged.runner.chunk_rows import (
+    MIXED_STEP_MIN_ROWS,
+    chunk_row_reads,
+    mixed_step_rows,
+    row_reads,
+    tokens_within_reads,
+)
 
 
 def _chunk(computed: int, tokens: int):
@@ -21,3 +29,11 @@ def test_mixed_step_rows_pad_decode_rows_then_bucket_where_asked():
     assert mixed_step_rows(5, 100, bucketed=True) == MIXED_STEP_MIN_ROWS
     assert mixed_step_rows(64, 449, bucketed=True) == 640  # 513: four sizes an octave
     assert mixed_step_rows(64, 4096, bucketed=True) == 5120
+
+
+@pytest.mark.parametrize("start", [0, 1, 511, 1024, 30000])
+def test_tokens_within_reads_is_the_most_that_fit(start):
+    for reads in (0, start, row_reads(start, 100), row_reads(start, 100) - 1, 1 << 18):
+        n = tokens_within_reads(start, reads)
+        assert row_reads(start, n) <= reads < row_reads(start, n + 1)
+    assert tokens_within_reads(0, 1 << 18) == 723 and tokens_within_reads(1024, 1 << 18) == 230

@@ -2,7 +2,12 @@
 
 import pytest
 
-from mlx_paged.engine.mixed_step_cap import ALIGN_TOKENS, FIRST_TOKENS, MixedStepCap
+from mlx_paged.engine.mixed_step_cap import (
+    ALIGN_TOKENS,
+    FIRST_TOKENS,
+    MIXED_STEPS_KEPT,
+    MixedStepCap,
+)
 
 
 def test_the_ratio_must_exceed_one():
@@ -85,3 +90,17 @@ def test_noise_keeps_the_last_good_fit_and_the_floor_is_one_alignment():
     cap.observe_mixed(600, 0.001)  # a slope below zero now: the fit before it stays
     assert cap.fit() == pytest.approx((0.0, 1e-4))
     assert cap.budget == ALIGN_TOKENS  # 2 ms of prompt work: 20 tokens, raised to 64
+
+
+def test_steps_all_of_one_size_keep_the_slope_and_move_the_fixed_part():
+    """The cap makes its steps one size: once the steps that fitted the slope are gone, the
+    fixed part still follows what steps of that size cost now."""
+    cap = MixedStepCap(3.0)
+    cap.observe_decode(0.004)
+    cap.observe_mixed(256, 0.008 + 256e-5)  # dear steps (8 ms fixed) set the slope
+    cap.observe_mixed(384, 0.008 + 384e-5)
+    assert cap.fit() == pytest.approx((0.008, 1e-5)) and cap.budget == 384  # 4 ms: 400
+    for _ in range(MIXED_STEPS_KEPT):  # then steps of one size (no pair), 3 ms cheaper
+        cap.observe_mixed(320, 0.005 + 320e-5)
+    assert cap.fit() == pytest.approx((0.005, 1e-5))
+    assert cap.budget == 640  # 12 ms - 5 ms: 700 tokens, in 64s

@@ -1,6 +1,6 @@
 """Splitting a paced step's prompt budget: exact arithmetic."""
 
-from mlx_paged.engine.prompt_shares import shared_grants
+from mlx_paged.engine.prompt_shares import aligned_cut, shared_grants, within_row_reads
 
 
 def test_equal_shares_first_then_what_is_left_in_arrival_order():
@@ -17,3 +17,36 @@ def test_larger_shares_mean_fewer_chunks_yet_a_short_prompt_still_goes_whole():
 
 def test_a_budget_below_one_share_goes_to_the_first_prompt():
     assert shared_grants([1000] * 4, 100, 256) == [100, 0, 0, 0]
+
+
+def test_a_chunk_the_budget_cuts_ends_on_an_aligned_position():
+    assert aligned_cut(5, 100, 20, 8, first=False) == 19  # ends at 24
+    assert aligned_cut(5, 10, 20, 8, first=False) == 10  # fits: not cut
+    assert aligned_cut(0, 100, 4, 8, first=False) == 0  # waits for the next step
+    assert aligned_cut(0, 100, 4, 8, first=True) == 4  # but the step's first progresses
+
+
+READS = 1 << 18  # a 511-token chunk from position 0 reads 130,816 context tokens as rows
+
+
+def test_chunks_that_fit_the_row_reads_go_whole_the_next_waits():
+    assert within_row_reads([(0, 511)] * 3, READS, 16) == [511, 511, 0]
+    # A short chunk that fits after one that did not is taken; one that does not, waits.
+    assert within_row_reads([(0, 723), (0, 600), (0, 20)], READS, 16) == [723, 0, 20]
+    assert within_row_reads([(0, 723), (0, 600), (0, 30)], READS, 16) == [723, 0, 0]
+
+
+def test_a_chunk_past_the_reads_is_cut_to_what_fits_where_a_share_is_left():
+    # 723 tokens from 0 read 261,726; the cut ends on a multiple of 16: 720.
+    assert within_row_reads([(0, 1024), (0, 511)], READS, 16) == [720, 0]
+    # After 511 tokens, 131,328 reads are left: exactly 512 tokens from 0.
+    assert within_row_reads([(0, 511), (0, 1024)], READS, 16) == [511, 512]
+    # From 512, 374 tokens fit; the cut ends on 880 (a multiple of 16).
+    assert within_row_reads([(512, 2048)], READS, 16) == [368]
+
+
+def test_where_the_first_chunk_cannot_have_a_share_as_rows_the_grants_stand():
+    # From 1024, 230 tokens fit (under 256): the step attends its chunks as prefill.
+    assert within_row_reads([(1024, 2048), (0, 511)], READS, 16) == [2048, 511]
+    # A first chunk granted fewer than 256 tokens must fit whole to ride as rows.
+    assert within_row_reads([(4096, 100), (0, 511)], READS, 16) == [100, 511]

@@ -154,14 +154,6 @@ def test_token_budget_must_leave_room_for_prompts():
         Scheduler(max_num_seqs=8, max_num_batched_tokens=8)
 
 
-def test_a_chunk_the_budget_cuts_ends_on_an_aligned_position():
-    s = Scheduler(max_num_seqs=4, max_num_batched_tokens=64, prefill_align=8)
-    assert s._cut_to_budget(5, 100, 20, first=False) == 19  # ends at 24
-    assert s._cut_to_budget(5, 10, 20, first=False) == 10  # fits: not cut
-    assert s._cut_to_budget(0, 100, 4, first=False) == 0  # waits for the next step
-    assert s._cut_to_budget(0, 100, 4, first=True) == 4  # but the step's first progresses
-
-
 def test_a_paced_step_shares_its_budget_equally_then_in_order():
     s = Scheduler(max_num_seqs=8, max_num_prefill_seqs=4, prefill_step_size=2048)
     s.step_token_budget = 100
@@ -217,6 +209,29 @@ def test_beside_decode_rows_the_capped_budget_goes_in_shares_of_at_least_256():
     assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("a", 320), ("b", 320)]
     # With no row decoding, the step budget in shares of `prefill_align`: everyone's rest.
     assert plan_view(s.schedule_prompts())[2] == [("a", 679), ("b", 679), ("c", 999), ("d", 999)]
+
+
+def test_beside_decode_rows_chunks_keep_within_the_reads_of_chunk_rows():
+    """Where the runner runs a mixed step's chunks as decode rows (`chunk_read_limit`), a paced
+    step with rows takes the chunks whose row reads fit; with none decoding, the limit is moot."""
+    s = Scheduler(max_num_seqs=64, max_num_prefill_seqs=8, prefill_step_size=2048,
+                  prefill_align=16, chunk_read_limit=1 << 18)  # fmt: skip
+    s.step_token_budget = 16384
+    for name in "abc":
+        s.add_request(req(name, 512))
+    # Two whole prompts read 2 x 130,816 context tokens as rows; a third would pass 262,144.
+    assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("a", 511), ("b", 511)]
+    long = req("long", 4096)
+    s.add_request(long)
+    # c goes whole; the long prompt gets the 512 tokens whose reads are left.
+    assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("c", 511), ("long", 512)]
+    assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("long", 368)]
+    assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("long", 256)]
+    # From 1,136 on, fewer than a share fit as rows: the step attends it as prefill, whole.
+    assert long.num_computed_tokens == 1136
+    assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("long", 2048)]
+    s.add_request(req("d", 2048))
+    assert plan_view(s.schedule_prompts())[2] == [("long", 911), ("d", 2047)]
 
 
 def test_paced_shares_are_whole_alignments_for_as_many_requests_as_fit():
