@@ -10,7 +10,8 @@ starve prompts: the prompt work may always take a third of the step (`fixed / (2
 per_token)` tokens). Until two sizes are measured the cap explores from `FIRST_TOKENS`: half
 the last step's size where that step overran the target, twice it where it did not, so the
 sizes differ at once; before any decode-only step, a decode step is taken to cost the fixed
-part.
+part. After a fit, where recent steps are all of about one size and the last kept to the target,
+the cap offers `SPLIT` times it (a probe), so that a fit gone wrong meets a pair again.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class MixedStepCap:
         self.decode_steps: deque[float] = deque(maxlen=DECODE_STEPS_KEPT)
         self.mixed_steps: deque[tuple[int, float]] = deque(maxlen=MIXED_STEPS_KEPT)
         self._last_fit: tuple[float, float] | None = None
+        self._paired = False  # some pair of recent steps told the fit's parts apart
 
     def observe_decode(self, seconds: float) -> None:
         """Record a decode-only step."""
@@ -60,7 +62,18 @@ class MixedStepCap:
         fixed, per_token = fit
         decode = statistics.median(self.decode_steps) if self.decode_steps else fixed
         tokens = max(self.ratio * decode - fixed, fixed / 2) / per_token
-        return _aligned(tokens)
+        return max(_aligned(tokens), self._probe(decode))
+
+    def _probe(self, decode: float) -> int:
+        """Where no pair of recent steps tells the parts apart and the last step kept to the
+        target, `SPLIT` times its size (rounded up to `ALIGN_TOKENS`): a pair again, so a slope
+        that settled too steep while the cap held every step to one size is corrected."""
+        if self._paired:
+            return 0
+        tokens, seconds = self.mixed_steps[-1]
+        if seconds > self.ratio * decode:
+            return 0
+        return -int(-SPLIT * tokens // ALIGN_TOKENS) * ALIGN_TOKENS
 
     def _explore(self) -> int:
         """Before a fit: `FIRST_TOKENS`, then half or twice the last step's size, whichever
@@ -86,6 +99,7 @@ class MixedStepCap:
         slopes = [(s2 - s1) / (n2 - n1)
                   for (n1, s1), (n2, s2) in itertools.combinations(self.mixed_steps, 2)
                   if max(n1, n2) >= max(SPLIT * min(n1, n2), FIRST_TOKENS)]  # fmt: skip
+        self._paired = bool(slopes)
         per_token = statistics.median(slopes) if slopes else 0.0
         if per_token <= 0:
             if self._last_fit is None:

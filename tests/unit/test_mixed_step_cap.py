@@ -104,3 +104,34 @@ def test_steps_all_of_one_size_keep_the_slope_and_move_the_fixed_part():
         cap.observe_mixed(320, 0.005 + 320e-5)
     assert cap.fit() == pytest.approx((0.005, 1e-5))
     assert cap.budget == 640  # 12 ms - 5 ms: 700 tokens, in 64s
+
+
+def test_a_slope_settled_too_steep_is_lifted_by_probes():
+    """A first step of a new size that took 23 ms left the fit near 90 us a token where the
+    device needs 5: the cap then held every step to its floor, and steps of one size make no
+    pair. Steps that keep to the target probe half again their size until a pair corrects it."""
+
+    def cost(tokens):  # 4 ms fixed, 5 us a prompt token
+        return 0.004 + 5e-6 * tokens
+
+    cap = MixedStepCap(3.0)
+    for _ in range(3):
+        cap.observe_decode(0.0033)  # the target: 9.9 ms
+    cap.observe_mixed(257, 0.023)  # met a new graph
+    cap.observe_mixed(64, 0.006)
+    assert cap.fit()[1] == pytest.approx(17e-3 / 193) and cap.budget == ALIGN_TOKENS
+    for _ in range(MIXED_STEPS_KEPT + 12):
+        tokens = cap.budget
+        cap.observe_mixed(tokens, cost(tokens))
+    assert cap.fit() == pytest.approx((0.004, 5e-6))
+    assert cap.budget == 1152  # 5.9 ms of prompt work: 1,180 tokens, in 64s
+
+
+def test_no_probe_after_a_step_that_overran_the_target():
+    cap = MixedStepCap(3.0)
+    cap.observe_decode(0.001)  # the target: 3 ms
+    cap.observe_mixed(256, 0.004 + 256e-5)
+    cap.observe_mixed(512, 0.004 + 512e-5)  # fixed 4 ms: over the target alone
+    for _ in range(MIXED_STEPS_KEPT):
+        cap.observe_mixed(192, 0.004 + 192e-5)  # one size, each over the target
+    assert cap.budget == 192  # a third of the step (fixed / 2 per token: 200), no probe
