@@ -76,13 +76,15 @@ def test_prefill_chunks_run_in_the_decode_forward(tiny_model_dir):
     assert_pool_full(llm)
 
 
-def _mixed_forwards(tiny_model_dir, as_rows: bool):
-    """The engine on a tiny llama with mixed steps bucketed (CUDA's setting, forced here) and
-    chunks as rows or not; per mixed forward, (its rows, whether attention splits them)."""
+def _mixed_forwards(tiny_model_dir, as_rows: bool, read_limit: int | None = None):
+    """The engine on a tiny llama with mixed steps bucketed (CUDA's setting, forced here),
+    chunks as rows or not, and the scheduler's `chunk_read_limit`; per mixed forward, (its
+    rows, whether attention splits them)."""
     llm = LLM(str(tiny_model_dir("llama")), kv_paged=True, block_size=4, num_blocks=160,
               max_num_seqs=3, max_num_batched_tokens=12, prefill_step_size=4)  # fmt: skip
     runner = llm.engine.runner
     runner.pool.bucket_mixed_steps, runner.pool.chunks_as_rows = True, as_rows
+    llm.engine.scheduler.chunk_read_limit = read_limit
     forwards, caches, mixed = [], runner._caches, runner._mixed
     in_mixed = []
 
@@ -208,3 +210,15 @@ def test_chunks_over_quantized_pages_keep_a_call_each(tmp_path):
     llm.generate(prompts, params(llm))
     calls = llm.engine.runner.pool.attention_calls
     assert calls["batched_rows", "prefill"] == 0 and calls["causal_rows", "prefill"] > 0
+
+
+def test_the_scheduler_cuts_chunks_to_what_rides_as_rows(tiny_model_dir, monkeypatch):
+    """With the chunk-row reads small, the runner alone splits many mixed steps; the scheduler
+    cutting chunks to the same reads (`chunk_read_limit`, set by the engine where chunks ride
+    as rows) leaves fewer split, and the tokens stay mlx-lm's."""
+    monkeypatch.setattr(chunk_rows, "CHUNK_ROW_READS", 100)
+    monkeypatch.setattr("mlx_paged.runner.paged_runner.CHUNK_ROW_READS", 100)
+    uncut = _mixed_forwards(tiny_model_dir, as_rows=True)
+    cut = _mixed_forwards(tiny_model_dir, as_rows=True, read_limit=100)
+    # Where even a step's first chunk cannot ride as rows whole, its step still splits.
+    assert sum(split for _, split in cut) < sum(split for _, split in uncut)

@@ -264,3 +264,23 @@ def test_a_prompt_sent_back_for_window_blocks_is_not_admitted_before_another_pro
     assert not s.admission_held  # a progressed: b may join again, when its blocks fit
     plan = s.schedule_prompts()
     assert ids(plan.starting) == ["a"] and ids(s.waiting) == ["b"]
+
+
+def test_the_engine_limits_chunk_reads_only_where_chunks_ride_as_rows():
+    from types import SimpleNamespace
+
+    from mlx_paged.engine.runner_setup import scheduling_limits
+    from mlx_paged.runner.chunk_rows import CHUNK_ROW_READS
+
+    runner = SimpleNamespace(pool=SimpleNamespace(prefill_align=64, chunks_as_rows=True))
+    assert scheduling_limits(runner, kv=object()) == {
+        "prefill_align": 64,
+        "start_in_decode": True,
+        "chunk_read_limit": CHUNK_ROW_READS,
+    }
+    runner.pool.chunks_as_rows = False
+    assert scheduling_limits(runner, kv=object())["chunk_read_limit"] is None
+    assert scheduling_limits(SimpleNamespace(), kv=None) == {
+        "prefill_align": 1,
+        "start_in_decode": False,
+    }
