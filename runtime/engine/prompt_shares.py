@@ -1,11 +1,12 @@
-"""How a paced step's prompt budget is split among the prompts that want tokens."""
+"""How a paced step's prompt budget is split among the prompts that want tokens, and where
+their chunks are cut."""
 
 from __future__ import annotations
 
 from mlx_paged.runner.chunk_rows import row_reads, tokens_within_reads
 
-# Least prompt tokens a share gets beside decode rows under `MixedStepCap`: every chunk adds
-# its attention calls to the step's fixed cost, so fewer, larger chunks keep that step short.
+# Least prompt tokens a share gets beside decode rows under `MixedStepCap`, and a chunk cut to
+# ride as rows keeps: every chunk adds to the step's fixed cost, so fewer, larger ones.
 MIN_DECODING_SHARE = 256
 
 
