@@ -43,22 +43,25 @@ def aligned_cut(start: int, n: int, budget: int, align: int, first: bool) -> int
     return end - start if end > start else (budget if first else 0)
 
 
-def within_row_reads(chunks: list[tuple[int, int]], reads: int, align: int) -> list[int]:
-    """Tokens of the granted chunks `(start, tokens)` of a step with decode rows such that they
-    read at most `reads` context tokens a layer as rows of that step (`runner/chunk_rows.py`),
-    in order: a chunk that does not fit whole is cut to what fits, ending on a multiple of
-    `align`, where that leaves it a share (`MIN_DECODING_SHARE`, or all it was granted); else
-    it waits for a later step. Where the first chunk cannot have that much, the step attends
-    its chunks as prefill, which reads no pages twice: the grants stand."""
+def within_row_reads(chunks: list[tuple[int, int, int]], reads: int, align: int) -> list[int]:
+    """Tokens of the granted chunks `(start, granted, wanted)` of a step with decode rows such
+    that they read at most `reads` context tokens a layer as rows of that step
+    (`runner/chunk_rows.py`), in order. A chunk that does not fit whole is cut to what fits,
+    ending on a multiple of `align`, where that leaves it a share (`MIN_DECODING_SHARE`, or all
+    it was granted) and the rest of what it wants fits the reads of one step; else it waits for
+    a later step. Where the first chunk cannot be so cut (a long prompt, which rows would take
+    in many small steps), the step attends its chunks as prefill: the grants stand."""
     out, left = [], reads
-    for start, n in chunks:
+    for start, n, wanted in chunks:
         cost = row_reads(start, n)
         if cost > left:
             end = (start + tokens_within_reads(start, left)) // align * align
             cut = max(end - start, 0)
-            if cut < min(MIN_DECODING_SHARE, n) and not any(out):
-                return [n for _, n in chunks]
-            n = cut if cut >= min(MIN_DECODING_SHARE, n) else 0
+            fits = cut >= min(MIN_DECODING_SHARE, n)
+            fits = fits and row_reads(start + cut, wanted - cut) <= reads
+            if not fits and not any(out):
+                return [n for _, n, _ in chunks]
+            n = cut if fits else 0
             cost = row_reads(start, n)
         out.append(n)
         left -= cost

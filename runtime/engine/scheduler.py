@@ -251,8 +251,8 @@ class Scheduler:
             return []
         grants = shared_grants([n for _, n in wants], budget, min_share)
         if reads is not None:
-            starts = [req.num_computed_tokens for req, _ in wants]
-            grants = within_row_reads(list(zip(starts, grants)), reads, self.prefill_align)
+            chunks = [(req.num_computed_tokens, g, n) for (req, n), g in zip(wants, grants)]
+            grants = within_row_reads(chunks, reads, self.prefill_align)
         out = []
         for (req, n), grant in zip(wants, grants):
             if grant < n:

@@ -29,24 +29,36 @@ def test_a_chunk_the_budget_cuts_ends_on_an_aligned_position():
 READS = 1 << 18  # a 511-token chunk from position 0 reads 130,816 context tokens as rows
 
 
+def whole(*chunks):  # (start, tokens) granted all they want
+    return [(start, n, n) for start, n in chunks]
+
+
 def test_chunks_that_fit_the_row_reads_go_whole_the_next_waits():
-    assert within_row_reads([(0, 511)] * 3, READS, 16) == [511, 511, 0]
+    assert within_row_reads(whole(*[(0, 511)] * 3), READS, 16) == [511, 511, 0]
     # A short chunk that fits after one that did not is taken; one that does not, waits.
-    assert within_row_reads([(0, 723), (0, 600), (0, 20)], READS, 16) == [723, 0, 20]
-    assert within_row_reads([(0, 723), (0, 600), (0, 30)], READS, 16) == [723, 0, 0]
+    assert within_row_reads(whole((0, 723), (0, 600), (0, 20)), READS, 16) == [723, 0, 20]
+    assert within_row_reads(whole((0, 723), (0, 600), (0, 30)), READS, 16) == [723, 0, 0]
 
 
-def test_a_chunk_past_the_reads_is_cut_to_what_fits_where_a_share_is_left():
-    # 723 tokens from 0 read 261,726; the cut ends on a multiple of 16: 720.
-    assert within_row_reads([(0, 1024), (0, 511)], READS, 16) == [720, 0]
-    # After 511 tokens, 131,328 reads are left: exactly 512 tokens from 0.
-    assert within_row_reads([(0, 511), (0, 1024)], READS, 16) == [511, 512]
-    # From 512, 374 tokens fit; the cut ends on 880 (a multiple of 16).
-    assert within_row_reads([(512, 2048)], READS, 16) == [368]
+def test_a_chunk_past_the_reads_is_cut_to_what_fits_where_its_rest_fits_a_step():
+    # 723 tokens from 0 read 261,726; the cut ends on a multiple of 16: 720. The rest, 280
+    # tokens from 720, reads 241,080: it rides as rows in the next step.
+    assert within_row_reads(whole((0, 1000), (0, 511)), READS, 16) == [720, 0]
+    # After 511 tokens, 131,328 reads are left: exactly 512 tokens from 0, and the other 88
+    # fit a step.
+    assert within_row_reads(whole((0, 511), (0, 600)), READS, 16) == [511, 512]
+    # Granted 800 of the 900 it wants: cut to 720, the rest is the 180 it wants.
+    assert within_row_reads([(0, 800, 900)], READS, 16) == [720]
+    # Granted 600 of 900 from 512: cut to 368, 532 would be left, too many for one step.
+    assert within_row_reads([(512, 600, 900)], READS, 16) == [600]
 
 
-def test_where_the_first_chunk_cannot_have_a_share_as_rows_the_grants_stand():
-    # From 1024, 230 tokens fit (under 256): the step attends its chunks as prefill.
-    assert within_row_reads([(1024, 2048), (0, 511)], READS, 16) == [2048, 511]
+def test_a_chunk_whose_rest_would_not_fit_a_step_waits_or_goes_split():
+    # The rest of a 1,024-token prompt after 720 reads 265,088: as the first chunk, the step
+    # attends its chunks as prefill (the grants stand); behind another, it waits.
+    assert within_row_reads(whole((0, 1024), (0, 511)), READS, 16) == [1024, 511]
+    assert within_row_reads(whole((0, 511), (0, 1024)), READS, 16) == [511, 0]
+    # From 1,024 on, 230 tokens fit (under a share of 256): the grants stand.
+    assert within_row_reads(whole((1024, 2048), (0, 511)), READS, 16) == [2048, 511]
     # A first chunk granted fewer than 256 tokens must fit whole to ride as rows.
-    assert within_row_reads([(4096, 100), (0, 511)], READS, 16) == [100, 511]
+    assert within_row_reads(whole((4096, 100), (0, 511)), READS, 16) == [100, 511]

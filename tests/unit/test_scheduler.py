@@ -221,17 +221,19 @@ def test_beside_decode_rows_chunks_keep_within_the_reads_of_chunk_rows():
         s.add_request(req(name, 512))
     # Two whole prompts read 2 x 130,816 context tokens as rows; a third would pass 262,144.
     assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("a", 511), ("b", 511)]
-    long = req("long", 4096)
+    mid, long = req("mid", 1000), req("long", 4096)
+    s.add_request(mid)
     s.add_request(long)
-    # c goes whole; the long prompt gets the 512 tokens whose reads are left.
-    assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("c", 511), ("long", 512)]
-    assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("long", 368)]
-    assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("long", 256)]
-    # From 1,136 on, fewer than a share fit as rows: the step attends it as prefill, whole.
-    assert long.num_computed_tokens == 1136
+    # c goes whole; the 512 tokens left for mid would leave it 487, too many for one step.
+    assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("c", 511)]
+    # mid is cut to the 720 tokens whose reads fit (ending on 16); its 279 go next step.
+    assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("mid", 720)]
+    assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("mid", 279)]
+    # Rows would take the long prompt in many small steps: the step attends it as prefill.
     assert plan_view(s.schedule_prompts(num_decode_rows=8))[2] == [("long", 2048)]
+    # With no row decoding, the limit does not apply.
     s.add_request(req("d", 2048))
-    assert plan_view(s.schedule_prompts())[2] == [("long", 911), ("d", 2047)]
+    assert plan_view(s.schedule_prompts())[2] == [("long", 2047), ("d", 2047)]
 
 
 def test_paced_shares_are_whole_alignments_for_as_many_requests_as_fit():
