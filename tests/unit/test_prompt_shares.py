@@ -42,7 +42,7 @@ def test_chunks_that_fit_the_row_reads_go_whole_the_next_waits():
 
 def test_a_chunk_past_the_reads_is_cut_to_what_fits_where_its_rest_fits_a_step():
     # 723 tokens from 0 read 261,726; the cut ends on a multiple of 16: 720. The rest, 280
-    # tokens from 720, reads 241,080: it rides as rows in the next step.
+    # tokens from 720, reads 240,940: it rides as rows in the next step.
     assert within_row_reads(whole((0, 1000), (0, 511)), READS, 16) == [720, 0]
     # After 511 tokens, 131,328 reads are left: exactly 512 tokens from 0, and the other 88
     # fit a step.
@@ -54,7 +54,7 @@ def test_a_chunk_past_the_reads_is_cut_to_what_fits_where_its_rest_fits_a_step()
 
 
 def test_a_chunk_whose_rest_would_not_fit_a_step_waits_or_goes_split():
-    # The rest of a 1,024-token prompt after 720 reads 265,088: as the first chunk, the step
+    # The rest of a 1,024-token prompt after 720 reads 265,240: as the first chunk, the step
     # attends its chunks as prefill (the grants stand); behind another, it waits.
     assert within_row_reads(whole((0, 1024), (0, 511)), READS, 16) == [1024, 511]
     assert within_row_reads(whole((0, 511), (0, 1024)), READS, 16) == [511, 0]
