@@ -150,7 +150,7 @@ class LookaheadDecoder:
         if self.next_tokens is None or not self.decode_rows:
             self.next_tokens = tokens
         else:
-            self.next_tokens = mx.concatenate([self.next_tokens, tokens])
+            self._feed_next(mx.concatenate([self.next_tokens, tokens]))
         self.next_logprobs.extend(wanted)
         self.decode_rows.extend(rows)
 
@@ -164,9 +164,7 @@ class LookaheadDecoder:
         if self.next_tokens is None or not self.decode_rows:
             self.next_tokens = fed
         else:
-            self.next_tokens = mx.concatenate(
-                [self.next_tokens, fed.astype(self.next_tokens.dtype)]
-            )
+            self._feed_next(mx.concatenate([self.next_tokens, fed.astype(self.next_tokens.dtype)]))
         self.next_logprobs.extend([None] * len(rows))
         self.decode_rows.extend(rows)
         self.emitted_ids.update(r.request_id for r in rows)
@@ -179,9 +177,19 @@ class LookaheadDecoder:
         if len(keep) == len(self.decode_rows):
             return None
         self.decode_rows = [self.decode_rows[i] for i in keep]
-        self.next_tokens = self.next_tokens[mx.array(keep)] if keep else None
+        if keep:
+            self._feed_next(self.next_tokens[mx.array(keep)])
+        else:
+            self.next_tokens = None
         self.next_logprobs = [self.next_logprobs[i] for i in keep]
         return keep
+
+    def _feed_next(self, tokens: mx.array) -> None:
+        """Make `tokens`, an array built from the pending ones, the next step's fed tokens,
+        scheduled now: scheduled by that step's `async_eval`, it would share the step's end
+        event, and waiting for it would wait for the whole step (no overlap)."""
+        self.next_tokens = tokens
+        mx.async_eval(tokens)
 
 
 def _rows_asking(rows: list[Request], logprobs: mx.array) -> list[mx.array | None]:
