@@ -29,8 +29,12 @@ from __future__ import annotations
 from collections import deque
 
 from mlx_paged.engine.kv_space import KVSpace
-from mlx_paged.engine.prompt_shares import MIN_DECODING_SHARE as MIN_SHARE
-from mlx_paged.engine.prompt_shares import aligned_cut, shared_grants, within_row_reads
+from mlx_paged.engine.prompt_shares import (
+    MIN_DECODING_SHARE,
+    aligned_cut,
+    shared_grants,
+    within_row_reads,
+)
 from mlx_paged.engine.step_pacer import MIN_TOKENS
 from mlx_paged.request import PromptSchedule, Request, RequestStatus
 
@@ -48,9 +52,8 @@ class Scheduler:
         kv: the paged KV path's admission and allocation (None: the contiguous path, which
             admits anything).
         prefill_align: chunks the budget cuts end on multiples of this (`prefill_align`).
-        chunk_read_limit: the most context tokens a paced step's chunks may read a layer as
-            rows of its decode forward (`CHUNK_ROW_READS`) while rows decode; None: the runner
-            runs no chunk as rows.
+        chunk_read_limit: while rows decode, most context tokens a paced step's chunks may
+            read a layer as decode rows (`CHUNK_ROW_READS`); None: no chunk rides as rows.
         start_in_decode: requests with one prompt token left join the running batch through
             `schedule_starting`, and the decode forward feeds that token (the paged path);
             else `schedule_prompts` starts them, for a forward of their own.
@@ -197,7 +200,7 @@ class Scheduler:
             if rows and self.decoding_prompt_budget is not None:
                 # Each chunk adds attention calls to the step's fixed cost: fewer, larger ones.
                 paced = min(paced, self.decoding_prompt_budget)
-                share = max(share, MIN_SHARE)
+                share = max(share, MIN_DECODING_SHARE)
             paced = paced if budget is None else min(budget, paced)
             out.prefill = self._shared_chunks(paced, share, self.chunk_read_limit if rows else None)
         else:
